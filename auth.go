@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Key format: an environment prefix and keySecretLen random base62 characters.
+const (
+	keySecretLen   = 40 // about 238 bits
+	keyMinSecret   = 32
+	keyMaxLen      = 128
+	base62Alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+)
+
+var environments = []string{"production", "staging"}
+
+// keyPrefix returns the prefix of keys for env.
+func keyPrefix(env string) string {
+	if env == "staging" {
+		return "ps_test_"
+	}
+	return "ps_live_"
+}
+
+// newKeySecret returns a fresh key for env.
+func newKeySecret(env string) string {
+	b := make([]byte, 0, len("ps_live_")+keySecretLen)
+	b = append(b, keyPrefix(env)...)
+	var buf [64]byte
+	for len(b) < cap(b) {
+		rand.Read(buf[:])
+		for _, c := range buf {
+			// 248 = 4*62: rejecting larger bytes keeps every character equally likely.
+			if c < 248 && len(b) < cap(b) {
+				b = append(b, base62Alphabet[c%62])
+			}
+		}
+	}
+	return string(b)
+}
+
+// hashKey is the only form in which a key is stored or compared.
+func hashKey(key string) [32]byte {
+	return sha256.Sum256([]byte(key))
+}
+
+// validKeyFormat reports whether key has the shape of a key for env.
+func validKeyFormat(key, env string) bool {
+	p := keyPrefix(env)
+	if len(key) > keyMaxLen || len(key) < len(p)+keyMinSecret || key[:len(p)] != p {
+		return false
+	}
+	for i := len(p); i < len(key); i++ {
+		if strings.IndexByte(base62Alphabet, key[i]) < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// bearerToken returns the token of an "Authorization: Bearer <token>"
+// header value; the scheme is case-insensitive, the token is taken as is.
+func bearerToken(h string) (string, bool) {
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return "", false
+	}
+	return token, true
+}
+
+// keyring is the server's in-memory view of the usable keys of its
+// environment, by hash. refresh picks up what the keys commands change.
+type keyring struct {
+	store *Store
+	env   string
+
+	mu     sync.RWMutex
+	byHash map[[32]byte]*apiKey
+	byID   map[int64]*apiKey
+	seq    int64
+}
+
+func newKeyring(store *Store, env string) *keyring {
+	return &keyring{store: store, env: env, byHash: map[[32]byte]*apiKey{}, byID: map[int64]*apiKey{}, seq: -1}
+}
+
+// refresh loads the keys changed since the last refresh.
+func (kr *keyring) refresh(ctx context.Context) error {
+	kr.mu.RLock()
+	seq := kr.seq
+	kr.mu.RUnlock()
+	changed, err := kr.store.KeysSince(ctx, seq)
+	if err != nil || len(changed) == 0 {
+		return err
+	}
+	kr.mu.Lock()
+	defer kr.mu.Unlock()
+	for i := range changed {
+		k := &changed[i]
+		kr.seq = max(kr.seq, k.seq)
+		if old, ok := kr.byID[k.ID]; ok {
+			delete(kr.byHash, old.Hash)
+			delete(kr.byID, k.ID)
+		}
+		if k.Revoked || k.Env != kr.env {
+			continue
+		}
+		kr.byHash[k.Hash] = k
+		kr.byID[k.ID] = k
+	}
+	return nil
+}
+
+// watch refreshes the keyring every interval until ctx ends.
+func (kr *keyring) watch(ctx context.Context, interval time.Duration, log *slog.Logger) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := kr.refresh(ctx); err != nil && ctx.Err() == nil {
+				log.Error("refresh keys", "err", err)
+			}
+		}
+	}
+}
+
+// lookup returns the usable key whose secret is key, or nil.
+func (kr *keyring) lookup(key string) *apiKey {
+	if !validKeyFormat(key, kr.env) {
+		return nil
+	}
+	h := hashKey(key)
+	kr.mu.RLock()
+	k := kr.byHash[h]
+	kr.mu.RUnlock()
+	return k
+}
+
+type keyCtxKey struct{}
+
+// keyFrom returns the key that requireKey authenticated.
+func keyFrom(ctx context.Context) *apiKey {
+	k, _ := ctx.Value(keyCtxKey{}).(*apiKey)
+	return k
+}
+
+var errUnauthorized = &apiError{Status: http.StatusUnauthorized, Code: "unauthorized",
+	Message: "a valid API key is required: send Authorization: Bearer <key>"}
+
+// requireKey lets a request through to next only with a usable key of the
+// server's environment. Every failure gets the same answer, so that it
+// reveals nothing about which keys exist.
+func requireKey(kr *keyring, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, ok := bearerToken(r.Header.Get("Authorization"))
+		var k *apiKey
+		if ok {
+			k = kr.lookup(token)
+		}
+		if k == nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="petstore"`)
+			writeError(w, r, errUnauthorized)
+			return
+		}
+		if rec := recorderFrom(r.Context()); rec != nil {
+			rec.keyID = k.ID
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), keyCtxKey{}, k)))
+	})
+}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// apiError is what a client may see of an error.
+type apiError struct {
+	Status  int    `json:"status"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *apiError) Error() string { return e.Code + ": " + e.Message }
+
+func errorf(status int, code, format string, args ...any) *apiError {
+	return &apiError{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// maxBodyBytes bounds every request body.
+const maxBodyBytes = 64 << 10
+
+// retryAfterUnavailable is the Retry-After of a 503: the busy timeout is 5 s.
+const retryAfterUnavailable = "5"
+
+// writeJSON writes v as the JSON body of a response with the given status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	var body []byte
+	if err := enc.Encode(v); err != nil {
+		status = http.StatusInternalServerError
+		body = []byte(`{"status":500,"code":"internal_error","message":"internal error"}` + "\n")
+	} else {
+		body = buf.Bytes()
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// writeError answers with err as an Error object: an *apiError as it is,
+// errUnavailable as a 503, anything else as a 500 whose cause goes to the
+// log only.
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae):
+	case errors.Is(err, errUnavailable):
+		noteError(r, err)
+		w.Header().Set("Retry-After", retryAfterUnavailable)
+		ae = errorf(http.StatusServiceUnavailable, "unavailable", "the database is busy or cannot be written; retry later")
+	default:
+		noteError(r, err)
+		ae = errorf(http.StatusInternalServerError, "internal_error", "internal error; the request id is in the X-Request-Id header")
+	}
+	writeJSON(w, ae.Status, ae)
+}
+
+// noteError hands err to the request log, if there is one.
+func noteError(r *http.Request, err error) {
+	if rec := recorderFrom(r.Context()); rec != nil {
+		rec.err = err
+	}
+}
+
+// decodeJSON reads a JSON object of at most maxBodyBytes into dst. It
+// refuses a wrong Content-Type (415), a larger body (413), invalid UTF-8,
+// malformed JSON, trailing data or a non-object (400 invalid_json), and
+// unknown fields or wrong types (400 validation_failed).
+func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
+	if !isJSONContentType(r.Header.Get("Content-Type")) {
+		return errorf(http.StatusUnsupportedMediaType, "unsupported_media_type", "the request body must be application/json")
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		return errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "the request body is larger than %d bytes", maxBodyBytes)
+	case err != nil:
+		return errorf(http.StatusBadRequest, "invalid_json", "the request body could not be read")
+	}
+	body = bytes.TrimLeft(body, " \t\r\n")
+	switch {
+	case len(body) == 0:
+		return errorf(http.StatusBadRequest, "invalid_json", "the request body is empty; send a JSON object")
+	case body[0] != '{':
+		return errorf(http.StatusBadRequest, "invalid_json", "the request body must be a JSON object")
+	case !utf8.Valid(body):
+		return errorf(http.StatusBadRequest, "invalid_json", "the request body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errorf(http.StatusBadRequest, "invalid_json", "the request body has data after the JSON object")
+	}
+	return nil
+}
+
+// jsonError turns an error of encoding/json into a client's error.
+func jsonError(err error) *apiError {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			return errorf(http.StatusBadRequest, "invalid_json", "the request body must be a JSON object")
+		}
+		return errorf(http.StatusBadRequest, "validation_failed", "%s must be a %s", field, jsonTypeName(typeErr.Type.Kind().String()))
+	case errors.As(err, &syntaxErr):
+		return errorf(http.StatusBadRequest, "invalid_json", "malformed JSON at byte %d: %s", syntaxErr.Offset, syntaxErr.Error())
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return errorf(http.StatusBadRequest, "invalid_json", "the JSON object is truncated")
+	}
+	if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return errorf(http.StatusBadRequest, "validation_failed", "unknown field %s", field)
+	}
+	return errorf(http.StatusBadRequest, "invalid_json", "the request body is not valid JSON")
+}
+
+func jsonTypeName(kind string) string {
+	switch kind {
+	case "string":
+		return "string"
+	case "int64", "int", "int32", "uint", "uint64", "float64":
+		return "number"
+	case "bool":
+		return "boolean"
+	case "struct", "map":
+		return "object"
+	case "slice":
+		return "array"
+	}
+	return kind
+}
+
+// isJSONContentType reports whether a Content-Type value is application/json,
+// parameters allowed.
+func isJSONContentType(v string) bool {
+	mt, _, err := mime.ParseMediaType(v)
+	return err == nil && mt == "application/json"
+}

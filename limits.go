@@ -1,0 +1,26 @@
+package main
+
+// plan is a named pair of limits; enterprise keys carry their own.
+type plan struct {
+	Name string
+	RPM  int64 // requests per minute: the token bucket's capacity
+	RPD  int64 // requests per UTC day
+}
+
+// plans is the plan table; enterprise has no fixed limits.
+var plans = []plan{
+	{Name: "free", RPM: 60, RPD: 1000},
+	{Name: "pro", RPM: 300, RPD: 10000},
+	{Name: "business", RPM: 1000, RPD: 100000},
+	{Name: "enterprise"},
+}
+
+// planByName returns the plan called name.
+func planByName(name string) (plan, bool) {
+	for _, p := range plans {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return plan{}, false
+}

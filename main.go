@@ -1,0 +1,357 @@
+// Command petstore is the pet store API server: one static binary, one
+// SQLite file.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// version is stamped at build time with -ldflags "-X main.version=...".
+var version = ""
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+// exitCode prints err as one line and maps it to the exit code: 0 success,
+// 1 runtime failure, 2 bad usage.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintf(stderr, "petstore: %v\n", err)
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
+}
+
+// serveConfig is the configuration of the serve command.
+type serveConfig struct {
+	db         string
+	addr       string
+	env        string
+	publicURL  string
+	trustProxy bool
+}
+
+// serve runs the API server until ctx ends, then shuts it down gracefully.
+func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	store, err := openStore(ctx, cfg.db, true, time.Now)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	keys := newKeyring(store, cfg.env)
+	if err := keys.refresh(ctx); err != nil {
+		return err
+	}
+	doc, err := openAPIDocument(cfg.publicURL, cfg.env)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.addr, unwrapOpError(err))
+	}
+	defer ln.Close()
+	if err := createFirstKey(ctx, store, keys, cfg.env, stderr); err != nil {
+		return err
+	}
+
+	srv := &http.Server{
+		Handler:           newServer(logger, store, keys, cfg, doc),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    32 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	var wg sync.WaitGroup
+	bgCtx, stopBackground := context.WithCancel(ctx)
+	defer func() {
+		stopBackground()
+		wg.Wait()
+	}()
+	wg.Go(func() { keys.watch(bgCtx, time.Second, logger) })
+
+	logger.Info("listening", "addr", ln.Addr().String(), "env", cfg.env, "db", cfg.db, "version", buildVersion())
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+func unwrapOpError(err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		var se *os.SyscallError
+		if errors.As(oe.Err, &se) {
+			return se.Err
+		}
+		return oe.Err
+	}
+	return err
+}
+
+// createFirstKey creates a free key and prints it once to stderr when the
+// database has no keys at all, so that a new user can call the API at once.
+func createFirstKey(ctx context.Context, store *Store, keys *keyring, env string, stderr io.Writer) error {
+	has, err := store.HasKeys(ctx)
+	if err != nil || has {
+		return err
+	}
+	secret := newKeySecret(env)
+	k, err := store.CreateKey(ctx, hashKey(secret), "first key", "free", 0, 0, env)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "petstore: the database had no API keys, so this free %s key (id %d) was created.\n"+
+		"petstore: it is shown only this once; keep it safe:\n%s\n", env, k.ID, secret)
+	return keys.refresh(ctx)
+}
+
+// newServer returns the whole API: the route table and the middleware chain.
+func newServer(logger *slog.Logger, store *Store, keys *keyring, cfg serveConfig, doc []byte) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /v1/categories", requireKey(keys, handleCategoryList(store)))
+	mux.Handle("POST /v1/categories", requireKey(keys, handleCategoryCreate(store)))
+	mux.Handle("GET /v1/openapi.json", handleOpenAPI(doc))
+	mux.Handle("GET /healthz", handleHealth(cfg.env))
+	mux.Handle("GET /readyz", handleReady(store))
+
+	var h http.Handler = jsonFallbacks(mux)
+	h = recoverPanics(logger, h)
+	h = logRequests(logger, h)
+	h = withRequestID(h) // runs first
+	return h
+}
+
+func handleHealth(env string) http.Handler {
+	body := map[string]string{"status": "ok", "env": env, "version": buildVersion()}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, body)
+	})
+}
+
+func handleReady(store *Store) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := store.Ready(ctx); err != nil {
+			noteError(r, err)
+			w.Header().Set("Retry-After", retryAfterUnavailable)
+			writeError(w, r, errorf(http.StatusServiceUnavailable, "unavailable", "the database is not reachable"))
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+}
+
+// jsonFallbacks serves mux, answering what it does not route (404, 405 with
+// Allow, and the redirects of non-canonical paths) with a JSON Error instead
+// of the mux's plain text.
+func jsonFallbacks(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !isCanonicalPath(r.URL.Path) {
+			writeError(w, r, errorf(http.StatusNotFound, "not_found", "no such path: %s (paths must not contain . or .. segments or empty segments)", r.URL.Path))
+			return
+		}
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			if rec := recorderFrom(r.Context()); rec != nil {
+				rec.pattern = pattern
+			}
+			mux.ServeHTTP(w, r)
+			return
+		}
+		probe := &headerProbe{header: http.Header{}}
+		h.ServeHTTP(probe, r)
+		if probe.status == http.StatusMethodNotAllowed {
+			allow := probe.header.Get("Allow")
+			w.Header().Set("Allow", allow)
+			writeError(w, r, errorf(http.StatusMethodNotAllowed, "method_not_allowed", "method %s is not allowed here; allowed: %s", r.Method, allow))
+			return
+		}
+		writeError(w, r, errorf(http.StatusNotFound, "not_found", "no such path: %s", r.URL.Path))
+	})
+}
+
+// isCanonicalPath reports whether p is absolute and free of ".", ".." and
+// empty segments, which the mux would answer with a redirect.
+func isCanonicalPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	clean := path.Clean(p)
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	return clean == p
+}
+
+// headerProbe is a ResponseWriter that keeps the status and headers and
+// drops the body.
+type headerProbe struct {
+	header http.Header
+	status int
+}
+
+func (p *headerProbe) Header() http.Header         { return p.header }
+func (p *headerProbe) Write(b []byte) (int, error) { return len(b), nil }
+func (p *headerProbe) WriteHeader(status int)      { p.status = status }
+
+// withRequestID gives every response an X-Request-Id: the client's own when
+// it is sane, else a random one.
+func withRequestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-Id")
+		if !saneRequestID(id) {
+			id = rand.Text()
+		}
+		w.Header().Set("X-Request-Id", id)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// saneRequestID accepts 1 to 128 characters of letters, digits and "-_.:".
+func saneRequestID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-_.:", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// recorder watches a response for the request log; inner handlers add the
+// route, the key and the cause of an error.
+type recorder struct {
+	http.ResponseWriter
+	status  int
+	bytes   int64
+	pattern string
+	keyID   int64
+	err     error
+}
+
+func (rec *recorder) WriteHeader(status int) {
+	if rec.status == 0 && status >= 200 {
+		rec.status = status
+	}
+	rec.ResponseWriter.WriteHeader(status)
+}
+
+func (rec *recorder) Write(b []byte) (int, error) {
+	if rec.status == 0 {
+		rec.status = http.StatusOK
+	}
+	n, err := rec.ResponseWriter.Write(b)
+	rec.bytes += int64(n)
+	return n, err
+}
+
+func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
+
+type recorderCtxKey struct{}
+
+func recorderFrom(ctx context.Context) *recorder {
+	rec, _ := ctx.Value(recorderCtxKey{}).(*recorder)
+	return rec
+}
+
+// logRequests logs one line per request. It never logs a header, so never
+// a key.
+func logRequests(logger *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &recorder{ResponseWriter: w}
+		r = r.WithContext(context.WithValue(r.Context(), recorderCtxKey{}, rec))
+		defer func() {
+			level := slog.LevelInfo
+			if rec.status >= 500 {
+				level = slog.LevelError
+			}
+			attrs := []slog.Attr{
+				slog.String("method", r.Method),
+				slog.String("route", rec.pattern),
+				slog.Int("status", rec.status),
+				slog.Duration("duration", time.Since(start)),
+				slog.Int64("bytes", rec.bytes),
+				slog.Int64("key", rec.keyID),
+				slog.String("request_id", w.Header().Get("X-Request-Id")),
+				slog.String("remote", r.RemoteAddr),
+			}
+			if rec.err != nil {
+				attrs = append(attrs, slog.String("err", rec.err.Error()))
+			}
+			logger.LogAttrs(r.Context(), level, "request", attrs...)
+		}()
+		next.ServeHTTP(rec, r)
+	})
+}
+
+// recoverPanics turns a panic in a handler into a logged 500.
+func recoverPanics(logger *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			p := recover()
+			if p == nil {
+				return
+			}
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			logger.Error("panic", "panic", p, "request_id", w.Header().Get("X-Request-Id"), "stack", string(debug.Stack()))
+			if rec := recorderFrom(r.Context()); rec == nil || rec.status == 0 {
+				writeError(w, r, errors.New("panic"))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}

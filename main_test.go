@@ -1,0 +1,735 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestMain lets a test re-run this binary as the real petstore process
+// (for kill tests): with PETSTORE_TEST_MAIN=1 it is main.
+func TestMain(m *testing.M) {
+	if os.Getenv("PETSTORE_TEST_MAIN") == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// syncBuffer is a bytes.Buffer safe for a server writing and a test reading.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func envFrom(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// runCLI runs one petstore command to completion and returns its output.
+func runCLI(t *testing.T, env map[string]string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = run(ctx, args, envFrom(env), &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+// createKey makes a key with the keys command and returns the secret.
+func createKey(t *testing.T, db string, args ...string) string {
+	t.Helper()
+	out, errOut, err := runCLI(t, nil, append([]string{"keys", "create", "--db", db}, args...)...)
+	if err != nil {
+		t.Fatalf("keys create: %v\n%s", err, errOut)
+	}
+	return strings.TrimSpace(out)
+}
+
+type testServer struct {
+	base   string
+	db     string
+	key    string
+	stderr *syncBuffer
+	stop   func()
+}
+
+var listeningRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
+
+// startServer runs "petstore serve" through run on a random loopback port
+// with a temp database (or args' --db) and a business key, and waits until
+// it answers /healthz.
+func startServer(t *testing.T, args ...string) *testServer {
+	t.Helper()
+	db := filepath.Join(t.TempDir(), "petstore.db")
+	key := createKey(t, db, "--plan", "business", "--name", "test")
+	return startServerOn(t, db, key, args...)
+}
+
+func startServerOn(t *testing.T, db, key string, args ...string) *testServer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stderr := &syncBuffer{}
+	done := make(chan error, 1)
+	all := append([]string{"serve", "--addr", "127.0.0.1:0", "--db", db}, args...)
+	go func() { done <- run(ctx, all, envFrom(nil), io.Discard, stderr) }()
+	ts := &testServer{db: db, key: key, stderr: stderr}
+	var once sync.Once
+	ts.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("serve returned %v", err)
+				}
+			case <-time.After(15 * time.Second):
+				t.Errorf("serve did not stop within 15s")
+			}
+		})
+	}
+	t.Cleanup(func() {
+		ts.stop()
+		if t.Failed() {
+			t.Logf("server log:\n%s", stderr.String())
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for ts.base == "" {
+		if m := listeningRE.FindStringSubmatch(stderr.String()); m != nil {
+			ts.base = "http://" + m[1]
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("serve exited early: %v\n%s", err, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not start within 10s:\n%s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for {
+		resp, err := http.Get(ts.base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return ts
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz not ready within 10s: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// do sends one request; key "" sends no Authorization header, and a body
+// is sent as application/json unless header overrides it.
+func (ts *testServer) do(t *testing.T, method, path, key, body string, header ...string) response {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, ts.base+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", method, path, err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// wantError checks that r is a JSON Error with the given status and code.
+func wantError(t *testing.T, r response, status int, code string) {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status = %d, want %d; body %s", r.status, status, r.body)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type = %q, want application/json", ct)
+	}
+	var e apiError
+	dec := json.NewDecoder(bytes.NewReader(r.body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil {
+		t.Fatalf("body %q is not an Error: %v", r.body, err)
+	}
+	if e.Status != status || e.Code != code || e.Message == "" {
+		t.Errorf("error = %+v, want status %d code %q and a message", e, status, code)
+	}
+}
+
+func decode[T any](t *testing.T, r response) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(r.body, &v); err != nil {
+		t.Fatalf("decode %q: %v", r.body, err)
+	}
+	return v
+}
+
+func TestCategoriesCreateAndList(t *testing.T) {
+	ts := startServer(t)
+	r := ts.do(t, "GET", "/v1/categories", ts.key, "")
+	if r.status != 200 || string(r.body) != "[]\n" {
+		t.Fatalf("empty list: status %d body %q, want 200 []", r.status, r.body)
+	}
+
+	r = ts.do(t, "POST", "/v1/categories", ts.key, `{"name": "  Dog\t", "description": "Loyal"}`)
+	if r.status != 201 {
+		t.Fatalf("status = %d, want 201; %s", r.status, r.body)
+	}
+	if got := string(r.body); got != `{"id":1,"name":"Dog","description":"Loyal"}`+"\n" {
+		t.Errorf("created body = %s", got)
+	}
+	if loc := r.header.Get("Location"); loc != "" {
+		t.Errorf("Location = %q, want none", loc)
+	}
+	ts.do(t, "POST", "/v1/categories", ts.key, `{"name": "Cat"}`)
+	ts.do(t, "POST", "/v1/categories", ts.key, `{"name": "Rabbit", "description": ""}`)
+
+	r = ts.do(t, "GET", "/v1/categories", ts.key, "")
+	want := `[{"id":1,"name":"Dog","description":"Loyal"},{"id":2,"name":"Cat"},{"id":3,"name":"Rabbit","description":""}]` + "\n"
+	if r.status != 200 || string(r.body) != want {
+		t.Errorf("list: status %d body %s, want %s", r.status, r.body, want)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type = %q", ct)
+	}
+}
+
+func TestCategoryValidation(t *testing.T) {
+	ts := startServer(t)
+	if r := ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"dog"}`); r.status != 201 {
+		t.Fatalf("seed: status %d", r.status)
+	}
+	if r := ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"école"}`); r.status != 201 {
+		t.Fatalf("seed: status %d", r.status)
+	}
+	long := strings.Repeat("x", 101)
+	tests := []struct {
+		name       string
+		body       string
+		header     []string
+		wantStatus int
+		wantCode   string
+	}{
+		{"missing name", `{"description":"x"}`, nil, 400, "validation_failed"},
+		{"null name", `{"name":null}`, nil, 400, "validation_failed"},
+		{"empty name", `{"name":""}`, nil, 400, "validation_failed"},
+		{"blank name", `{"name":" \t\n "}`, nil, 400, "validation_failed"},
+		{"101 characters", `{"name":"` + long + `"}`, nil, 400, "validation_failed"},
+		{"101 code points", `{"name":"` + strings.Repeat("é", 101) + `"}`, nil, 400, "validation_failed"},
+		{"control character", `{"name":"a\u0007b"}`, nil, 400, "validation_failed"},
+		{"NUL", `{"name":"a\u0000b"}`, nil, 400, "validation_failed"},
+		{"newline inside", `{"name":"a\nb"}`, nil, 400, "validation_failed"},
+		{"DEL", `{"name":"a\u007fb"}`, nil, 400, "validation_failed"},
+		{"name number", `{"name":5}`, nil, 400, "validation_failed"},
+		{"name object", `{"name":{}}`, nil, 400, "validation_failed"},
+		{"description number", `{"name":"n1","description":5}`, nil, 400, "validation_failed"},
+		{"description 1001", `{"name":"n2","description":"` + strings.Repeat("d", 1001) + `"}`, nil, 400, "validation_failed"},
+		{"unknown field", `{"name":"n3","colour":"red"}`, nil, 400, "validation_failed"},
+		{"duplicate", `{"name":"dog"}`, nil, 409, "conflict"},
+		{"duplicate other case", `{"name":"DOG"}`, nil, 409, "conflict"},
+		{"duplicate after trim", `{"name":"  Dog  "}`, nil, 409, "conflict"},
+		{"duplicate accented upper", `{"name":"ÉCOLE"}`, nil, 409, "conflict"},
+		{"trailing data", `{"name":"n4"} {}`, nil, 400, "invalid_json"},
+		{"trailing garbage", `{"name":"n4"}x`, nil, 400, "invalid_json"},
+		{"array", `[{"name":"n5"}]`, nil, 400, "invalid_json"},
+		{"string", `"n6"`, nil, 400, "invalid_json"},
+		{"null", `null`, nil, 400, "invalid_json"},
+		{"malformed", `{"name":}`, nil, 400, "invalid_json"},
+		{"truncated", `{"name":"n7"`, nil, 400, "invalid_json"},
+		{"empty body", ``, []string{"Content-Type", "application/json"}, 400, "invalid_json"},
+		{"invalid UTF-8", "{\"name\":\"a\xffb\"}", nil, 400, "invalid_json"},
+		{"no content type", `{"name":"n8"}`, []string{"Content-Type", ""}, 415, "unsupported_media_type"},
+		{"text/plain", `{"name":"n8"}`, []string{"Content-Type", "text/plain"}, 415, "unsupported_media_type"},
+		{"too large", `{"name":"n9","description":"` + strings.Repeat("d", 70000) + `"}`, nil, 413, "payload_too_large"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := ts.do(t, "POST", "/v1/categories", ts.key, tt.body, tt.header...)
+			wantError(t, r, tt.wantStatus, tt.wantCode)
+		})
+	}
+
+	valid := []struct{ name, body string }{
+		{"100 characters", `{"name":"` + strings.Repeat("y", 100) + `"}`},
+		{"100 code points", `{"name":"` + strings.Repeat("ü", 100) + `"}`},
+		{"1000 description", `{"name":"d1000","description":"` + strings.Repeat("d", 1000) + `"}`},
+		{"charset parameter", `{"name":"charset"}`},
+		{"description with newline", `{"name":"nl","description":"two\nlines"}`},
+		{"null description", `{"name":"nulldesc","description":null}`},
+	}
+	for _, tt := range valid {
+		t.Run(tt.name, func(t *testing.T) {
+			r := ts.do(t, "POST", "/v1/categories", ts.key, tt.body, "Content-Type", "application/json; charset=utf-8")
+			if r.status != 201 {
+				t.Fatalf("status = %d, want 201; %s", r.status, r.body)
+			}
+		})
+	}
+}
+
+func TestAuthentication(t *testing.T) {
+	ts := startServer(t)
+	staging := createKey(t, ts.db, "--plan", "free", "--env", "staging")
+	revoked := createKey(t, ts.db, "--plan", "free")
+	if _, _, err := runCLI(t, nil, "keys", "revoke", "3", "--db", ts.db); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		auth       string
+		wantStatus int
+	}{
+		{"no header", "", 401},
+		{"valid", "Bearer " + ts.key, 200},
+		{"lower-case scheme", "bearer " + ts.key, 200},
+		{"upper-case scheme", "BEARER " + ts.key, 200},
+		{"basic scheme", "Basic " + ts.key, 401},
+		{"no scheme", ts.key, 401},
+		{"scheme only", "Bearer", 401},
+		{"two spaces", "Bearer  " + ts.key, 401},
+		{"one character changed", "Bearer " + ts.key[:len(ts.key)-1] + flip(ts.key[len(ts.key)-1]), 401},
+		{"upper-cased key", "Bearer " + strings.ToUpper(ts.key), 401},
+		{"key with suffix", "Bearer " + ts.key + "x", 401},
+		{"truncated key", "Bearer " + ts.key[:len(ts.key)-1], 401},
+		{"staging key on production", "Bearer " + staging, 401},
+		{"revoked key", "Bearer " + revoked, 401},
+		{"unknown well-formed key", "Bearer ps_live_" + strings.Repeat("A", 40), 401},
+	}
+	var messages []string
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var hdr []string
+			if tt.auth != "" {
+				hdr = []string{"Authorization", tt.auth}
+			}
+			r := ts.do(t, "GET", "/v1/categories", "", "", hdr...)
+			if tt.wantStatus == 200 {
+				if r.status != 200 {
+					t.Fatalf("status = %d, want 200; %s", r.status, r.body)
+				}
+				return
+			}
+			wantError(t, r, 401, "unauthorized")
+			if got := r.header.Get("WWW-Authenticate"); got != `Bearer realm="petstore"` {
+				t.Errorf("WWW-Authenticate = %q", got)
+			}
+			messages = append(messages, string(r.body))
+			if strings.Contains(string(r.body), "ps_") {
+				t.Errorf("error body mentions a key: %s", r.body)
+			}
+		})
+	}
+	for _, m := range messages[1:] {
+		if m != messages[0] {
+			t.Errorf("401 bodies differ, revealing why: %s vs %s", m, messages[0])
+		}
+	}
+	// POST is refused before its body is looked at.
+	wantError(t, ts.do(t, "POST", "/v1/categories", "", `{"name":"x"}`), 401, "unauthorized")
+}
+
+func flip(c byte) string {
+	if c == 'a' {
+		return "b"
+	}
+	return "a"
+}
+
+func TestKeysAreHashedAtRest(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "petstore.db")
+	key := createKey(t, db, "--plan", "pro")
+	ts := startServerOn(t, db, key)
+	if r := ts.do(t, "GET", "/v1/categories", key, ""); r.status != 200 {
+		t.Fatalf("status = %d", r.status)
+	}
+	ts.stop()
+	secret := strings.TrimPrefix(key, "ps_live_")
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		b, err := os.ReadFile(db + suffix)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte(secret)) {
+			t.Errorf("%s holds the key in clear", db+suffix)
+		}
+	}
+	if strings.Contains(ts.stderr.String(), secret) {
+		t.Errorf("the server log holds the key")
+	}
+}
+
+func TestKeyChangesReachRunningServer(t *testing.T) {
+	ts := startServer(t)
+	fresh := createKey(t, ts.db, "--plan", "free")
+	waitStatus(t, ts, fresh, 200)
+	if _, _, err := runCLI(t, nil, "keys", "revoke", "2", "--db", ts.db); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, ts, fresh, 401)
+}
+
+// waitStatus polls GET /v1/categories with key until it answers want, and
+// fails if that takes more than the 2 seconds that DECISIONS.md allows.
+func waitStatus(t *testing.T, ts *testServer, key string, want int) {
+	t.Helper()
+	start := time.Now()
+	for {
+		r := ts.do(t, "GET", "/v1/categories", key, "")
+		if r.status == want {
+			return
+		}
+		if time.Since(start) > 2*time.Second {
+			t.Fatalf("status still %d after %v, want %d", r.status, time.Since(start), want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestRoutingErrors(t *testing.T) {
+	ts := startServer(t)
+	tests := []struct {
+		name, method, path, key string
+		wantStatus              int
+		wantCode, wantAllow     string
+	}{
+		{"unknown path", "GET", "/v1/dogs", "", 404, "not_found", ""},
+		{"unknown path with key", "GET", "/v1/dogs", ts.key, 404, "not_found", ""},
+		{"root", "GET", "/", "", 404, "not_found", ""},
+		{"trailing slash", "GET", "/v1/categories/", ts.key, 404, "not_found", ""},
+		{"dot-dot", "GET", "/v1/x/../categories", ts.key, 404, "not_found", ""},
+		{"wrong method", "DELETE", "/v1/categories", "", 405, "method_not_allowed", "GET, HEAD, POST"},
+		{"wrong method with key", "PUT", "/v1/categories", ts.key, 405, "method_not_allowed", "GET, HEAD, POST"},
+		{"post to openapi", "POST", "/v1/openapi.json", "", 405, "method_not_allowed", "GET, HEAD"},
+		{"no key", "GET", "/v1/categories", "", 401, "unauthorized", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tt.method, ts.base+tt.path, nil)
+			req.URL.Opaque = tt.path // send the path as written
+			if tt.key != "" {
+				req.Header.Set("Authorization", "Bearer "+tt.key)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			r := response{status: resp.StatusCode, header: resp.Header, body: body}
+			wantError(t, r, tt.wantStatus, tt.wantCode)
+			if got := r.header.Get("Allow"); got != tt.wantAllow {
+				t.Errorf("Allow = %q, want %q", got, tt.wantAllow)
+			}
+			if r.header.Get("X-Request-Id") == "" {
+				t.Errorf("no X-Request-Id")
+			}
+		})
+	}
+}
+
+func TestRequestID(t *testing.T) {
+	ts := startServer(t)
+	r := ts.do(t, "GET", "/healthz", "", "", "X-Request-Id", "client-id.42:x_y")
+	if got := r.header.Get("X-Request-Id"); got != "client-id.42:x_y" {
+		t.Errorf("sane id: X-Request-Id = %q, want it echoed", got)
+	}
+	for _, bad := range []string{"has space", strings.Repeat("a", 129), "semi;colon", "<script>"} {
+		r := ts.do(t, "GET", "/v1/categories", ts.key, "", "X-Request-Id", bad)
+		if got := r.header.Get("X-Request-Id"); got == "" || got == bad {
+			t.Errorf("id %q: X-Request-Id = %q, want a fresh one", bad, got)
+		}
+	}
+	a := ts.do(t, "GET", "/nowhere", "", "").header.Get("X-Request-Id")
+	b := ts.do(t, "GET", "/nowhere", "", "").header.Get("X-Request-Id")
+	if a == "" || a == b {
+		t.Errorf("generated ids %q and %q, want distinct", a, b)
+	}
+}
+
+func TestHealthReadyAndOpenAPI(t *testing.T) {
+	ts := startServer(t, "--public-url", "https://api.example.test/v1", "--env", "production")
+	r := ts.do(t, "GET", "/healthz", "", "")
+	if h := decode[map[string]string](t, r); r.status != 200 || h["status"] != "ok" || h["env"] != "production" {
+		t.Errorf("/healthz: %d %s", r.status, r.body)
+	}
+	r = ts.do(t, "GET", "/readyz", "", "")
+	if r.status != 200 {
+		t.Errorf("/readyz: %d %s", r.status, r.body)
+	}
+	r = ts.do(t, "GET", "/v1/openapi.json", "", "")
+	if r.status != 200 || r.header.Get("Content-Type") != "application/json" {
+		t.Fatalf("/v1/openapi.json: %d %s", r.status, r.header.Get("Content-Type"))
+	}
+	var doc struct {
+		OpenAPI string                    `json:"openapi"`
+		Info    struct{ Version string }  `json:"info"`
+		Servers []struct{ URL string }    `json:"servers"`
+		Paths   map[string]map[string]any `json:"paths"`
+	}
+	if err := json.Unmarshal(r.body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.OpenAPI != "3.1.0" || doc.Info.Version != "1.0.0" {
+		t.Errorf("openapi %q version %q", doc.OpenAPI, doc.Info.Version)
+	}
+	if len(doc.Servers) != 1 || doc.Servers[0].URL != "https://api.example.test/v1" {
+		t.Errorf("servers = %+v, want the --public-url", doc.Servers)
+	}
+	for _, op := range []string{"get", "post"} {
+		if _, ok := doc.Paths["/categories"][op]; !ok {
+			t.Errorf("no %s /categories in the document", op)
+		}
+	}
+}
+
+func TestConcurrentCreates(t *testing.T) {
+	ts := startServer(t)
+	const n = 200
+	var wg sync.WaitGroup
+	ids := make([]int64, n)
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			body := fmt.Sprintf(`{"name":"cat-%03d"}`, i)
+			req, _ := http.NewRequest("POST", ts.base+"/v1/categories", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+ts.key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer resp.Body.Close()
+			var c Category
+			if err := json.NewDecoder(resp.Body).Decode(&c); err != nil || resp.StatusCode != 201 {
+				errs <- fmt.Errorf("create %d: status %d, %v", i, resp.StatusCode, err)
+				return
+			}
+			ids[i] = c.ID
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	list := decode[[]Category](t, ts.do(t, "GET", "/v1/categories", ts.key, ""))
+	if len(list) != n {
+		t.Fatalf("listed %d categories, want %d", len(list), n)
+	}
+	seen := map[string]int64{}
+	for i, c := range list {
+		if i > 0 && c.ID <= list[i-1].ID {
+			t.Errorf("ids not ascending at %d: %d after %d", i, c.ID, list[i-1].ID)
+		}
+		if _, dup := seen[c.Name]; dup {
+			t.Errorf("%s listed twice", c.Name)
+		}
+		seen[c.Name] = c.ID
+	}
+	for i := range n {
+		if got := seen[fmt.Sprintf("cat-%03d", i)]; got != ids[i] {
+			t.Errorf("cat-%03d: listed with id %d, created with id %d", i, got, ids[i])
+		}
+	}
+}
+
+func TestBackupWhileWriting(t *testing.T) {
+	ts := startServer(t)
+	stop := make(chan struct{})
+	var created sync.WaitGroup
+	var mu sync.Mutex
+	acked := 0
+	created.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r := ts.do(t, "POST", "/v1/categories", ts.key, fmt.Sprintf(`{"name":"b%d"}`, i))
+			if r.status != 201 {
+				t.Errorf("create during backup: %d %s", r.status, r.body)
+				return
+			}
+			mu.Lock()
+			acked++
+			mu.Unlock()
+		}
+	})
+	// Let some writes land before and during the backup.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		mu.Lock()
+		n := acked
+		mu.Unlock()
+		if n >= 20 || time.Now().After(deadline) {
+			break
+		}
+	}
+	mu.Lock()
+	before := acked
+	mu.Unlock()
+	dest := filepath.Join(t.TempDir(), "copy.db")
+	out, errOut, err := runCLI(t, nil, "backup", "--db", ts.db, dest)
+	close(stop)
+	created.Wait()
+	if err != nil {
+		t.Fatalf("backup: %v %s", err, errOut)
+	}
+	if !strings.Contains(out, dest) {
+		t.Errorf("backup printed %q", out)
+	}
+	if st, err := os.Stat(dest); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("backup file: %v, mode %v, want 0600", err, st.Mode())
+	}
+	if _, _, err := runCLI(t, nil, "backup", "--db", ts.db, dest); err == nil || !strings.Contains(err.Error(), "exists") {
+		t.Errorf("second backup to the same file: %v, want a refusal", err)
+	}
+
+	copySrv := startServerOn(t, dest, ts.key)
+	list := decode[[]Category](t, copySrv.do(t, "GET", "/v1/categories", ts.key, ""))
+	if len(list) < before {
+		t.Errorf("backup holds %d categories, want at least the %d acknowledged before it started", len(list), before)
+	}
+	for i, c := range list {
+		if c.Name != fmt.Sprintf("b%d", i) {
+			t.Fatalf("backup row %d is %q: the copy is not a consistent prefix", i, c.Name)
+		}
+	}
+}
+
+func TestFirstRunKey(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "new.db")
+	ts := startServerOn(t, db, "")
+	m := regexp.MustCompile(`(?m)^(ps_live_[0-9A-Za-z]{40})$`).FindStringSubmatch(ts.stderr.String())
+	if m == nil {
+		t.Fatalf("no first-run key printed:\n%s", ts.stderr.String())
+	}
+	if r := ts.do(t, "GET", "/v1/categories", m[1], ""); r.status != 200 {
+		t.Errorf("first-run key: status %d", r.status)
+	}
+	out, _, err := runCLI(t, nil, "keys", "list", "--json", "--db", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := decode[[]map[string]any](t, response{body: []byte(out)})
+	if len(keys) != 1 || keys[0]["plan"] != "free" || keys[0]["env"] != "production" {
+		t.Errorf("keys after first run: %s", out)
+	}
+	ts.stop()
+
+	again := startServerOn(t, db, "")
+	if strings.Contains(again.stderr.String(), "ps_live_") {
+		t.Errorf("second start printed a key again")
+	}
+}
+
+func TestSchemaMatchesMigrations(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "m.db")
+	if _, _, err := runCLI(t, nil, "migrate", "--db", db); err != nil {
+		t.Fatal(err)
+	}
+	migrated, err := openStore(context.Background(), db, false, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer migrated.Close()
+	fromMigrations := schemaOf(t, migrated)
+
+	ref, err := openStore(context.Background(), filepath.Join(t.TempDir(), "ref.db"), true, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	sch, err := os.ReadFile("schema.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ref.w.Exec("DROP TABLE categories; DROP TABLE api_keys; DROP TABLE schema_migrations;"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ref.w.Exec(string(sch)); err != nil {
+		t.Fatalf("schema.sql: %v", err)
+	}
+	fromSchema := schemaOf(t, ref)
+	if fromSchema != fromMigrations {
+		t.Errorf("schema.sql differs from the migrations:\nschema.sql:\n%s\nmigrations:\n%s", fromSchema, fromMigrations)
+	}
+}
+
+// schemaOf lists a database's tables, indexes and triggers, normalised.
+func schemaOf(t *testing.T, s *Store) string {
+	t.Helper()
+	rows, err := s.r.Query(`SELECT type, name, coalesce(sql, '') FROM sqlite_schema
+		WHERE name NOT LIKE 'sqlite_%' AND name NOT IN ('schema_migrations', 'version_unique') ORDER BY type, name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var b strings.Builder
+	space := regexp.MustCompile(`\s+`)
+	comment := regexp.MustCompile(`--[^\n]*`)
+	for rows.Next() {
+		var typ, name, sql string
+		if err := rows.Scan(&typ, &name, &sql); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s %s: %s\n", typ, name, space.ReplaceAllString(comment.ReplaceAllString(sql, ""), " "))
+	}
+	return b.String()
+}

@@ -1,0 +1,469 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/golang-migrate/migrate/v4"
+	migratesqlite "github.com/golang-migrate/migrate/v4/database/sqlite"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"golang.org/x/sys/unix"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+var (
+	errNotFound    = errors.New("not found")
+	errConflict    = errors.New("conflict")
+	errUnavailable = errors.New("database unavailable")
+)
+
+// Store is the SQLite database: one writer connection, a small read pool.
+// It knows nothing of HTTP.
+type Store struct {
+	path string
+	w    *sql.DB
+	r    *sql.DB
+	now  func() time.Time
+}
+
+// sqliteHeader starts every SQLite 3 database file.
+const sqliteHeader = "SQLite format 3\x00"
+
+// dsn returns the connection string for path. synchronous=FULL makes every
+// commit fsync the WAL before it returns, so an acknowledged write survives a
+// killed process and a power loss alike.
+func dsn(path string, readOnly bool) string {
+	q := "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(ON)" +
+		"&_pragma=synchronous(FULL)&_txlock=immediate"
+	if readOnly {
+		q += "&_pragma=query_only(ON)"
+	}
+	return path + q
+}
+
+// checkDatabaseFile fails with a clear message when path cannot hold the
+// database: a missing directory, a file that is not SQLite (never
+// overwritten), or a file or directory this process may not write. When
+// create is set, a missing file is created with mode 0600.
+func checkDatabaseFile(path string, create bool) error {
+	if path == "" {
+		return errors.New("no database path given")
+	}
+	if strings.ContainsAny(path, "?#") {
+		return fmt.Errorf("database path %q: '?' and '#' are not allowed in the path", path)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		if !create {
+			return fmt.Errorf("database %s does not exist", path)
+		}
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return fmt.Errorf("cannot create database %s: %w", path, unwrapPathError(err))
+		}
+		return f.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("cannot open database %s for writing: %w", path, unwrapPathError(err))
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
+		return fmt.Errorf("database %s is not a regular file", path)
+	}
+	head := make([]byte, len(sqliteHeader))
+	n, err := io.ReadFull(f, head)
+	switch {
+	case n == 0 && (err == io.EOF):
+		return nil // an empty file is an empty database to SQLite
+	case err != nil && !errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("cannot read database %s: %w", path, unwrapPathError(err))
+	case string(head[:n]) != sqliteHeader:
+		return fmt.Errorf("%s is not a SQLite database; refusing to touch it", path)
+	}
+	// SQLite also writes path-wal and path-shm beside the file.
+	dir := filepath.Dir(path)
+	if err := unix.Access(dir, unix.W_OK); err != nil {
+		return fmt.Errorf("directory %s is not writable: %w", dir, err)
+	}
+	return nil
+}
+
+func unwrapPathError(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// openStore opens the database at path. With migrateUp it creates a missing
+// file and applies pending migrations, refusing a database whose schema is
+// newer than this binary knows; without, the file must exist and its schema
+// is taken as it is (backup copies any version).
+func openStore(ctx context.Context, path string, migrateUp bool, now func() time.Time) (*Store, error) {
+	if err := checkDatabaseFile(path, migrateUp); err != nil {
+		return nil, err
+	}
+	if migrateUp {
+		if err := migrateDatabase(path); err != nil {
+			return nil, err
+		}
+	}
+	w, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	var mode string
+	if err := w.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open database %s: %w", path, describe(err))
+	}
+	if mode != "wal" {
+		w.Close()
+		return nil, fmt.Errorf("open database %s: journal_mode is %q, want wal", path, mode)
+	}
+	r, err := sql.Open("sqlite", dsn(path, true))
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	r.SetMaxOpenConns(4)
+	r.SetMaxIdleConns(4)
+	r.SetConnMaxIdleTime(0)
+	s := &Store{path: path, w: w, r: r, now: now}
+	return s, nil
+}
+
+// migrateDatabase applies the embedded migrations that the database lacks.
+// It fails without changing anything when the database is dirty or ahead of
+// the migrations this binary embeds.
+func migrateDatabase(path string) error {
+	db, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		return fmt.Errorf("open database: %w", err)
+	}
+	db.SetMaxOpenConns(1)
+	src, err := iofs.New(migrationFiles, "migrations")
+	if err != nil {
+		db.Close()
+		return fmt.Errorf("read embedded migrations: %w", err)
+	}
+	latest, err := latestMigration()
+	if err != nil {
+		db.Close()
+		return err
+	}
+	drv, err := migratesqlite.WithInstance(db, &migratesqlite.Config{})
+	if err != nil {
+		db.Close()
+		return fmt.Errorf("open database %s: %w", path, describe(err))
+	}
+	m, err := migrate.NewWithInstance("iofs", src, "sqlite", drv)
+	if err != nil {
+		db.Close()
+		return fmt.Errorf("prepare migrations: %w", err)
+	}
+	defer m.Close() // closes db too
+	version, dirty, err := m.Version()
+	if err != nil && !errors.Is(err, migrate.ErrNilVersion) {
+		return fmt.Errorf("read schema version: %w", describe(err))
+	}
+	switch {
+	case dirty:
+		return fmt.Errorf("database %s: a migration to schema version %d failed half-way; restore a backup", path, version)
+	case version > latest:
+		return fmt.Errorf("database %s has schema version %d, newer than this petstore knows (%d); run a newer petstore", path, version, latest)
+	case version == latest:
+		return nil
+	}
+	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		return fmt.Errorf("migrate database %s: %w", path, describe(err))
+	}
+	return nil
+}
+
+// latestMigration returns the highest version among the embedded migrations.
+func latestMigration() (uint, error) {
+	src, err := iofs.New(migrationFiles, "migrations")
+	if err != nil {
+		return 0, fmt.Errorf("read embedded migrations: %w", err)
+	}
+	defer src.Close()
+	v, err := src.First()
+	if err != nil {
+		return 0, fmt.Errorf("read embedded migrations: %w", err)
+	}
+	for {
+		next, err := src.Next(v)
+		if errors.Is(err, fs.ErrNotExist) {
+			return v, nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("read embedded migrations: %w", err)
+		}
+		v = next
+	}
+}
+
+// Close closes both pools; SQLite checkpoints the WAL into the main file
+// when the last connection to it closes.
+func (s *Store) Close() error {
+	return errors.Join(s.r.Close(), s.w.Close())
+}
+
+// Ready reports whether the database answers a query.
+func (s *Store) Ready(ctx context.Context) error {
+	var n int
+	if err := s.r.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&n); err != nil {
+		return fmt.Errorf("ready: %w", describe(err))
+	}
+	return nil
+}
+
+// describe maps SQLite's transient and storage errors (busy, locked, full
+// disk, read-only file, I/O) to errUnavailable, keeping the cause.
+func describe(err error) error {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return err
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY,
+		sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PROTOCOL:
+		return fmt.Errorf("%w: %w", errUnavailable, err)
+	}
+	return err
+}
+
+// isUniqueViolation reports whether err is a UNIQUE constraint failure.
+func isUniqueViolation(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE
+}
+
+// Category is a row of the categories table.
+type Category struct {
+	ID          int64   `json:"id"`
+	Name        string  `json:"name"`
+	Description *string `json:"description,omitempty"`
+}
+
+// CreateCategory inserts a category; fold is its name's uniqueness key.
+// A name that folds like an existing one is errConflict.
+func (s *Store) CreateCategory(ctx context.Context, name, fold string, description *string) (Category, error) {
+	res, err := s.w.ExecContext(ctx,
+		"INSERT INTO categories (name, fold, description) VALUES (?, ?, ?)", name, fold, description)
+	if isUniqueViolation(err) {
+		return Category{}, errConflict
+	}
+	if err != nil {
+		return Category{}, fmt.Errorf("insert category: %w", describe(err))
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return Category{}, fmt.Errorf("insert category: %w", err)
+	}
+	return Category{ID: id, Name: name, Description: description}, nil
+}
+
+// EachCategory calls fn for every category in ascending id order and stops
+// at fn's first error.
+func (s *Store) EachCategory(ctx context.Context, fn func(Category) error) error {
+	rows, err := s.r.QueryContext(ctx, "SELECT id, name, description FROM categories ORDER BY id")
+	if err != nil {
+		return fmt.Errorf("list categories: %w", describe(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c Category
+		var desc sql.NullString
+		if err := rows.Scan(&c.ID, &c.Name, &desc); err != nil {
+			return fmt.Errorf("list categories: %w", describe(err))
+		}
+		if desc.Valid {
+			c.Description = &desc.String
+		}
+		if err := fn(c); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("list categories: %w", describe(err))
+	}
+	return nil
+}
+
+// Backup writes a consistent copy of the live database to dest, which must
+// not exist yet. It writes a temporary file beside dest, syncs it and renames
+// it into place, so dest is either absent or complete.
+func (s *Store) Backup(ctx context.Context, dest string) error {
+	if _, err := os.Lstat(dest); err == nil {
+		return fmt.Errorf("backup: %s already exists; refusing to overwrite it", dest)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(dest), "."+filepath.Base(dest)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	tmpName := tmp.Name()
+	tmp.Close()
+	os.Remove(tmpName) // VACUUM INTO wants to create the file itself
+	defer os.Remove(tmpName)
+	if _, err := s.w.ExecContext(ctx, "VACUUM INTO ?", tmpName); err != nil {
+		return fmt.Errorf("backup: %w", describe(err))
+	}
+	f, err := os.OpenFile(tmpName, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	if err := errors.Join(f.Chmod(0o600), f.Sync(), f.Close()); err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	if err := os.Link(tmpName, dest); err != nil { // unlike Rename, Link never replaces dest
+		return fmt.Errorf("backup: %w", err)
+	}
+	return syncDir(filepath.Dir(dest))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// apiKey is a row of api_keys with its limits resolved from the plan table.
+type apiKey struct {
+	ID          int64
+	Hash        [32]byte
+	Name        string
+	Plan        string
+	RPM         int64
+	RPD         int64
+	Env         string
+	CreatedAt   time.Time
+	Revoked     bool
+	BannedUntil time.Time // zero when not banned
+	seq         int64
+}
+
+const keyColumns = "id, hash, name, plan, rpm, rpd, env, created_at, revoked_at IS NOT NULL, banned_until, seq"
+
+func scanKey(sc interface{ Scan(...any) error }) (apiKey, error) {
+	var k apiKey
+	var hash []byte
+	var rpm, rpd sql.NullInt64
+	var created string
+	var banned sql.NullString
+	if err := sc.Scan(&k.ID, &hash, &k.Name, &k.Plan, &rpm, &rpd, &k.Env, &created, &k.Revoked, &banned, &k.seq); err != nil {
+		return k, err
+	}
+	copy(k.Hash[:], hash)
+	k.RPM, k.RPD = rpm.Int64, rpd.Int64
+	if p, ok := planByName(k.Plan); ok && k.Plan != "enterprise" {
+		k.RPM, k.RPD = p.RPM, p.RPD
+	}
+	k.CreatedAt, _ = time.Parse(time.RFC3339, created)
+	if banned.Valid {
+		k.BannedUntil, _ = time.Parse(time.RFC3339, banned.String)
+	}
+	return k, nil
+}
+
+// nextSeq is the expression that stamps a changed api_keys row.
+const nextSeq = "(SELECT coalesce(max(seq), 0) + 1 FROM api_keys)"
+
+// CreateKey stores a new key by its hash. rpm and rpd are stored only for
+// enterprise keys; the others take theirs from the plan table.
+func (s *Store) CreateKey(ctx context.Context, hash [32]byte, name, planName string, rpm, rpd int64, env string) (apiKey, error) {
+	var lim [2]any
+	if planName == "enterprise" {
+		lim = [2]any{rpm, rpd}
+	}
+	created := s.now().UTC().Format(time.RFC3339)
+	row := s.w.QueryRowContext(ctx,
+		"INSERT INTO api_keys (hash, name, plan, rpm, rpd, env, created_at, seq) VALUES (?, ?, ?, ?, ?, ?, ?, "+nextSeq+") RETURNING "+keyColumns,
+		hash[:], name, planName, lim[0], lim[1], env, created)
+	k, err := scanKey(row)
+	if err != nil {
+		return apiKey{}, fmt.Errorf("insert key: %w", describe(err))
+	}
+	return k, nil
+}
+
+// KeysSince returns the keys changed after seq (all of them for seq < 0),
+// revoked ones included, in ascending id order.
+func (s *Store) KeysSince(ctx context.Context, seq int64) ([]apiKey, error) {
+	rows, err := s.r.QueryContext(ctx, "SELECT "+keyColumns+" FROM api_keys WHERE seq > ? ORDER BY id", seq)
+	if err != nil {
+		return nil, fmt.Errorf("list keys: %w", describe(err))
+	}
+	defer rows.Close()
+	var keys []apiKey
+	for rows.Next() {
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list keys: %w", describe(err))
+		}
+		keys = append(keys, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list keys: %w", describe(err))
+	}
+	return keys, nil
+}
+
+// HasKeys reports whether any key, revoked or not, exists.
+func (s *Store) HasKeys(ctx context.Context) (bool, error) {
+	var n int
+	if err := s.w.QueryRowContext(ctx, "SELECT count(*) FROM (SELECT 1 FROM api_keys LIMIT 1)").Scan(&n); err != nil {
+		return false, fmt.Errorf("count keys: %w", describe(err))
+	}
+	return n > 0, nil
+}
+
+// RevokeKey revokes key id for good; an unknown id is errNotFound.
+// Revoking a revoked key changes nothing and is no error.
+func (s *Store) RevokeKey(ctx context.Context, id int64) error {
+	return s.updateKey(ctx, id, "revoked_at = coalesce(revoked_at, ?)", s.now().UTC().Format(time.RFC3339))
+}
+
+// SetKeyBan bans key id until the given time; the zero time lifts a ban.
+func (s *Store) SetKeyBan(ctx context.Context, id int64, until time.Time) error {
+	var v any
+	if !until.IsZero() {
+		v = until.UTC().Format(time.RFC3339)
+	}
+	return s.updateKey(ctx, id, "banned_until = ?", v)
+}
+
+func (s *Store) updateKey(ctx context.Context, id int64, set string, arg any) error {
+	res, err := s.w.ExecContext(ctx, "UPDATE api_keys SET "+set+", seq = "+nextSeq+" WHERE id = ?", arg, id)
+	if err != nil {
+		return fmt.Errorf("update key %d: %w", id, describe(err))
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("update key %d: %w", id, err)
+	} else if n == 0 {
+		return errNotFound
+	}
+	return nil
+}
