@@ -255,7 +255,7 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 				return fmt.Errorf("keys %s: no key with id %d", sub, id)
 			}
 			if err == nil {
-				fmt.Fprintf(stdout, "key %d %sd\n", id, sub)
+				fmt.Fprintf(stdout, "key %d %s\n", id, map[string]string{"revoke": "revoked", "unban": "unbanned"}[sub])
 			}
 			return err
 		})

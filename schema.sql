@@ -1,3 +1,6 @@
+-- The full current schema, for reading. The migrations in migrations/ are what
+-- creates it; TestSchemaMatchesMigrations checks that the two agree.
+
 CREATE TABLE categories (
 	id          INTEGER PRIMARY KEY AUTOINCREMENT,
 	name        TEXT NOT NULL,

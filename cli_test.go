@@ -1,0 +1,320 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestKeysCommands(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "k.db")
+	out, errOut, err := runCLI(t, nil, "keys", "create", "--db", db, "--plan", "pro", "--name", "mobile app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^ps_live_[0-9A-Za-z]{40}\n$`).MatchString(out) {
+		t.Errorf("keys create stdout = %q, want the key alone on one line", out)
+	}
+	if !strings.Contains(errOut, "pro") || strings.Contains(errOut, strings.TrimSpace(out)) {
+		t.Errorf("keys create stderr = %q: want details, never the key", errOut)
+	}
+
+	out, _, err = runCLI(t, nil, "keys", "create", "--db", db, "--plan", "enterprise", "--rpm", "5000", "--rpd", "900000", "--env", "staging", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created map[string]any
+	if err := json.Unmarshal([]byte(out), &created); err != nil {
+		t.Fatalf("keys create --json: %v: %q", err, out)
+	}
+	for _, f := range []string{"id", "key", "name", "plan", "rpm", "rpd", "env", "createdAt"} {
+		if _, ok := created[f]; !ok {
+			t.Errorf("keys create --json lacks %q: %s", f, out)
+		}
+	}
+	if created["plan"] != "enterprise" || created["rpm"] != 5000.0 || created["rpd"] != 900000.0 || created["env"] != "staging" ||
+		!strings.HasPrefix(created["key"].(string), "ps_test_") {
+		t.Errorf("keys create --json = %s", out)
+	}
+
+	if out, _, err = runCLI(t, nil, "keys", "revoke", "1", "--db", db); err != nil || !strings.Contains(out, "revoked") {
+		t.Errorf("keys revoke: %v %q", err, out)
+	}
+	out, _, err = runCLI(t, nil, "keys", "list", "--json", "--db", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []map[string]any
+	if err := json.Unmarshal([]byte(out), &listed); err != nil {
+		t.Fatal(err)
+	}
+	if len(listed) != 2 {
+		t.Fatalf("keys list --json: %s", out)
+	}
+	if _, ok := listed[0]["key"]; ok || strings.Contains(out, "ps_") {
+		t.Errorf("keys list shows a secret: %s", out)
+	}
+	if listed[0]["revoked"] != true || listed[1]["revoked"] != false || listed[0]["rpm"] != 300.0 || listed[0]["name"] != "mobile app" {
+		t.Errorf("keys list --json = %s", out)
+	}
+	if _, ok := listed[1]["bannedUntil"]; !ok {
+		t.Errorf("keys list --json lacks bannedUntil: %s", out)
+	}
+
+	out, _, err = runCLI(t, nil, "keys", "list", "--db", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 3 || !strings.Contains(lines[1], "revoked") || !strings.Contains(lines[2], "5000") {
+		t.Errorf("keys list = %q", out)
+	}
+	if out, _, err = runCLI(t, nil, "keys", "unban", "2", "--db", db); err != nil || !strings.Contains(out, "unbanned") {
+		t.Errorf("keys unban: %v %q", err, out)
+	}
+	if _, _, err := runCLI(t, nil, "keys", "revoke", "99", "--db", db); err == nil || exitCode(err, &bytes.Buffer{}) != 1 {
+		t.Errorf("revoke of an unknown id: %v, want a runtime failure", err)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "u.db")
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string // in the one-line message
+	}{
+		{"no command", nil, nil, "no command"},
+		{"unknown command", []string{"frobnicate"}, nil, "unknown command"},
+		{"unknown flag", []string{"serve", "--colour", "red"}, nil, "colour"},
+		{"bad env", []string{"serve", "--env", "dev"}, nil, "--env"},
+		{"bad addr", []string{"serve", "--addr", "nowhere"}, nil, "--addr"},
+		{"bad public url", []string{"serve", "--public-url", "ftp://x"}, nil, "--public-url"},
+		{"bad env variable", []string{"serve"}, map[string]string{"PETSTORE_TRUST_PROXY": "maybe"}, "PETSTORE_TRUST_PROXY"},
+		{"extra argument", []string{"migrate", "now"}, nil, "unexpected argument"},
+		{"keys without subcommand", []string{"keys"}, nil, "subcommand"},
+		{"no plan", []string{"keys", "create", "--db", db}, nil, "--plan"},
+		{"unknown plan", []string{"keys", "create", "--db", db, "--plan", "gold"}, nil, "gold"},
+		{"enterprise without limits", []string{"keys", "create", "--db", db, "--plan", "enterprise", "--rpm", "5"}, nil, "--rpd"},
+		{"limits on free", []string{"keys", "create", "--db", db, "--plan", "free", "--rpm", "5"}, nil, "enterprise"},
+		{"zero limits", []string{"keys", "create", "--db", db, "--plan", "enterprise", "--rpm", "0", "--rpd", "5"}, nil, "positive"},
+		{"bad key env", []string{"keys", "create", "--db", db, "--plan", "free", "--env", "qa"}, nil, "--env"},
+		{"revoke without id", []string{"keys", "revoke", "--db", db}, nil, "argument"},
+		{"revoke bad id", []string{"keys", "revoke", "abc", "--db", db}, nil, "positive integer"},
+		{"backup without dest", []string{"backup", "--db", db}, nil, "argument"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := runCLI(t, tt.env, tt.args...)
+			var msg bytes.Buffer
+			if code := exitCode(err, &msg); code != 2 {
+				t.Fatalf("exit code = %d (%v), want 2", code, err)
+			}
+			if line := msg.String(); strings.Count(line, "\n") != 1 || !strings.Contains(line, tt.want) {
+				t.Errorf("message = %q, want one line naming %q", line, tt.want)
+			}
+		})
+	}
+	if _, err := os.Stat(db); err == nil {
+		t.Errorf("a refused command created the database")
+	}
+}
+
+func TestEnvironmentFallbacks(t *testing.T) {
+	dir := t.TempDir()
+	envDB := filepath.Join(dir, "from-env.db")
+	flagDB := filepath.Join(dir, "from-flag.db")
+	env := map[string]string{"PETSTORE_DB": envDB, "PETSTORE_PLAN": "pro"}
+	if _, _, err := runCLI(t, env, "keys", "create"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(envDB); err != nil {
+		t.Errorf("PETSTORE_DB was not used: %v", err)
+	}
+	if _, _, err := runCLI(t, env, "keys", "create", "--db", flagDB, "--plan", "free"); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runCLI(t, nil, "keys", "list", "--json", "--db", flagDB)
+	if err != nil || !strings.Contains(out, `"plan":"free"`) {
+		t.Errorf("the flags did not win over the environment: %v %s", err, out)
+	}
+	out, _, err = runCLI(t, nil, "version")
+	if err != nil || !strings.HasPrefix(out, "petstore ") {
+		t.Errorf("version: %v %q", err, out)
+	}
+	out, _, err = runCLI(t, nil, "help")
+	if err != nil || !strings.Contains(out, "keys create") {
+		t.Errorf("help: %v %q", err, out)
+	}
+	out, _, err = runCLI(t, nil, "serve", "-h")
+	if err != nil || !strings.Contains(out, "-public-url") {
+		t.Errorf("serve -h: %v %q", err, out)
+	}
+}
+
+func TestStartupFailures(t *testing.T) {
+	dir := t.TempDir()
+	notSQLite := filepath.Join(dir, "notes.txt")
+	content := []byte("these are my notes, not a database\n")
+	if err := os.WriteFile(notSQLite, content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	aFile := filepath.Join(dir, "plain")
+	if err := os.WriteFile(aFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"not a SQLite file", []string{"--db", notSQLite}, "not a SQLite database"},
+		{"missing directory", []string{"--db", filepath.Join(dir, "no", "such", "dir", "p.db")}, "cannot create database"},
+		{"parent is a file", []string{"--db", filepath.Join(aFile, "p.db")}, "not a directory"},
+		{"directory as database", []string{"--db", dir}, "database"},
+		{"port in use", []string{"--db", filepath.Join(dir, "ok.db"), "--addr", busy.Addr().String()}, "address already in use"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := runCLI(t, nil, append([]string{"serve"}, tt.args...)...)
+			var msg bytes.Buffer
+			if code := exitCode(err, &msg); code != 1 {
+				t.Fatalf("exit code = %d (%v), want 1", code, err)
+			}
+			if line := msg.String(); strings.Count(line, "\n") != 1 || !strings.Contains(line, tt.want) {
+				t.Errorf("message = %q, want one line with %q", line, tt.want)
+			}
+		})
+	}
+	if got, _ := os.ReadFile(notSQLite); !bytes.Equal(got, content) {
+		t.Errorf("the non-SQLite file was changed: %q", got)
+	}
+}
+
+func TestNewDatabaseIsPrivate(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "private.db")
+	createKey(t, db, "--plan", "free")
+	st, err := os.Stat(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("mode = %v, want 0600", st.Mode().Perm())
+	}
+}
+
+func TestRefusesNewerSchema(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "future.db")
+	if _, _, err := runCLI(t, nil, "migrate", "--db", db); err != nil {
+		t.Fatal(err)
+	}
+	s, err := openStore(context.Background(), db, false, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.w.Exec("UPDATE schema_migrations SET version = 999"); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	before, _ := os.ReadFile(db)
+	_, _, err = runCLI(t, nil, "serve", "--db", db, "--addr", "127.0.0.1:0")
+	if err == nil || !strings.Contains(err.Error(), "newer") {
+		t.Fatalf("serve on a newer schema: %v, want a refusal", err)
+	}
+	if after, _ := os.ReadFile(db); !bytes.Equal(before, after) {
+		t.Errorf("the refused database was changed")
+	}
+}
+
+// TestKilledServerKeepsAcknowledgedWrites runs the real program in its own
+// process, kills it with SIGKILL right after a burst of creates, and checks
+// that every create that got a 201 is there after a restart.
+func TestKilledServerKeepsAcknowledgedWrites(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "kill.db")
+	key := createKey(t, db, "--plan", "business")
+
+	cmd := exec.Command(os.Args[0], "serve", "--db", db, "--addr", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "PETSTORE_TEST_MAIN=1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := listeningRE.FindStringSubmatch(sc.Text()); m != nil {
+				addr <- m[1]
+			}
+		}
+	}()
+	var base string
+	select {
+	case a := <-addr:
+		base = "http://" + a
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server process did not start within 10s")
+	}
+	ts := &testServer{base: base, key: key}
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var acked []string
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 25 {
+				name := fmt.Sprintf("k%d-%d", w, i)
+				r := ts.do(t, "POST", "/v1/categories", key, `{"name":"`+name+`"}`)
+				if r.status != http.StatusCreated {
+					t.Errorf("create %s: %d", name, r.status)
+					return
+				}
+				mu.Lock()
+				acked = append(acked, name)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+
+	after := startServerOn(t, db, key)
+	have := map[string]bool{}
+	for _, c := range decode[[]Category](t, after.do(t, "GET", "/v1/categories", key, "")) {
+		have[c.Name] = true
+	}
+	for _, name := range acked {
+		if !have[name] {
+			t.Errorf("acknowledged %s is gone after the kill", name)
+		}
+	}
+	if len(acked) != 200 {
+		t.Errorf("%d creates acknowledged, want 200", len(acked))
+	}
+}
