@@ -76,10 +76,12 @@ func bearerToken(h string) (string, bool) {
 }
 
 // keyring is the server's in-memory view of the usable keys of its
-// environment, by hash. refresh picks up what the keys commands change.
+// environment, by hash. refresh picks up what the keys commands change and
+// hands every changed key to onChange.
 type keyring struct {
-	store *Store
-	env   string
+	store    *Store
+	env      string
+	onChange func(*apiKey)
 
 	mu     sync.RWMutex
 	byHash map[[32]byte]*apiKey
@@ -87,8 +89,9 @@ type keyring struct {
 	seq    int64
 }
 
-func newKeyring(store *Store, env string) *keyring {
-	return &keyring{store: store, env: env, byHash: map[[32]byte]*apiKey{}, byID: map[int64]*apiKey{}, seq: -1}
+func newKeyring(store *Store, env string, onChange func(*apiKey)) *keyring {
+	return &keyring{store: store, env: env, onChange: onChange,
+		byHash: map[[32]byte]*apiKey{}, byID: map[int64]*apiKey{}, seq: -1}
 }
 
 // refresh loads the keys changed since the last refresh.
@@ -114,6 +117,9 @@ func (kr *keyring) refresh(ctx context.Context) error {
 		}
 		kr.byHash[k.Hash] = k
 		kr.byID[k.ID] = k
+		if kr.onChange != nil {
+			kr.onChange(k)
+		}
 	}
 	return nil
 }
@@ -134,6 +140,16 @@ func (kr *keyring) watch(ctx context.Context, interval time.Duration, log *slog.
 	}
 }
 
+// authenticate returns the usable key that r's Authorization header
+// carries, or nil.
+func (kr *keyring) authenticate(r *http.Request) *apiKey {
+	token, ok := bearerToken(r.Header.Get("Authorization"))
+	if !ok {
+		return nil
+	}
+	return kr.lookup(token)
+}
+
 // lookup returns the usable key whose secret is key, or nil.
 func (kr *keyring) lookup(key string) *apiKey {
 	if !validKeyFormat(key, kr.env) {
@@ -148,7 +164,12 @@ func (kr *keyring) lookup(key string) *apiKey {
 
 type keyCtxKey struct{}
 
-// keyFrom returns the key that requireKey authenticated.
+// withKey returns ctx carrying the authenticated key k.
+func withKey(ctx context.Context, k *apiKey) context.Context {
+	return context.WithValue(ctx, keyCtxKey{}, k)
+}
+
+// keyFrom returns the key that authenticated the request, or nil.
 func keyFrom(ctx context.Context) *apiKey {
 	k, _ := ctx.Value(keyCtxKey{}).(*apiKey)
 	return k
@@ -157,24 +178,16 @@ func keyFrom(ctx context.Context) *apiKey {
 var errUnauthorized = &apiError{Status: http.StatusUnauthorized, Code: "unauthorized",
 	Message: "a valid API key is required: send Authorization: Bearer <key>"}
 
-// requireKey lets a request through to next only with a usable key of the
-// server's environment. Every failure gets the same answer, so that it
-// reveals nothing about which keys exist.
-func requireKey(kr *keyring, next http.Handler) http.Handler {
+// requireKey lets a request through to next only when limitRequests found
+// a usable key in it. Every failure gets the same answer, so that it reveals
+// nothing about which keys exist.
+func requireKey(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token, ok := bearerToken(r.Header.Get("Authorization"))
-		var k *apiKey
-		if ok {
-			k = kr.lookup(token)
-		}
-		if k == nil {
+		if keyFrom(r.Context()) == nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="petstore"`)
 			writeError(w, r, errUnauthorized)
 			return
 		}
-		if rec := recorderFrom(r.Context()); rec != nil {
-			rec.keyID = k.ID
-		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), keyCtxKey{}, k)))
+		next.ServeHTTP(w, r)
 	})
 }

@@ -28,7 +28,9 @@ func usagef(format string, args ...any) error {
 const usageText = `petstore: the pet store API server
 
 Usage:
-  petstore serve [--db PATH] [--addr HOST:PORT] [--env production|staging] [--public-url URL] [--trust-proxy]
+  petstore serve [--db PATH] [--addr HOST:PORT] [--admin-addr HOST:PORT] [--env production|staging]
+                [--public-url URL] [--trust-proxy] [--anon-rpm N] [--max-addrs N]
+                [--ban-threshold N] [--ban-duration D]
   petstore keys create --plan free|pro|business|enterprise [--name TEXT] [--rpm N --rpd N] [--env ENV] [--json]
   petstore keys list [--json]
   petstore keys revoke ID
@@ -147,7 +149,12 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fs.StringVar(&cfg.addr, "addr", ":8080", "`host:port` to listen on")
 	fs.StringVar(&cfg.env, "env", "production", "environment: production or staging; only its keys are accepted")
 	fs.StringVar(&cfg.publicURL, "public-url", "http://localhost:8080/v1", "the base `URL` clients use, advertised in the OpenAPI document")
-	fs.BoolVar(&cfg.trustProxy, "trust-proxy", false, "take the client address from X-Forwarded-For")
+	fs.StringVar(&cfg.adminAddr, "admin-addr", "127.0.0.1:9090", "`host:port` of the admin listener (metrics, health); empty turns it off")
+	fs.BoolVar(&cfg.trustProxy, "trust-proxy", false, "take the client address from the last X-Forwarded-For entry")
+	fs.Int64Var(&cfg.anonRPM, "anon-rpm", 60, "requests per minute for each client address without a valid key")
+	fs.IntVar(&cfg.maxAddrs, "max-addrs", 100_000, "client addresses whose rate limits are tracked at most")
+	fs.Int64Var(&cfg.banThreshold, "ban-threshold", 60, "refused requests within a minute that get a key banned")
+	fs.DurationVar(&cfg.banDuration, "ban-duration", 15*time.Minute, "how long a ban lasts")
 	if _, err := parseFlags(fs, args, getenv, stdout, 0); err != nil {
 		return helpIsNoError(err)
 	}
@@ -156,6 +163,19 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	if _, _, err := net.SplitHostPort(cfg.addr); err != nil {
 		return usagef("--addr must be host:port, got %q", cfg.addr)
+	}
+	if _, _, err := net.SplitHostPort(cfg.adminAddr); err != nil && cfg.adminAddr != "" {
+		return usagef("--admin-addr must be host:port or empty, got %q", cfg.adminAddr)
+	}
+	switch {
+	case cfg.anonRPM < 1:
+		return usagef("--anon-rpm must be at least 1, got %d", cfg.anonRPM)
+	case cfg.maxAddrs < 1:
+		return usagef("--max-addrs must be at least 1, got %d", cfg.maxAddrs)
+	case cfg.banThreshold < 1:
+		return usagef("--ban-threshold must be at least 1, got %d", cfg.banThreshold)
+	case cfg.banDuration < time.Second:
+		return usagef("--ban-duration must be at least 1s, got %v", cfg.banDuration)
 	}
 	if u, err := url.Parse(cfg.publicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return usagef("--public-url must be an absolute http(s) URL, got %q", cfg.publicURL)

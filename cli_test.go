@@ -192,6 +192,7 @@ func TestStartupFailures(t *testing.T) {
 		{"parent is a file", []string{"--db", filepath.Join(aFile, "p.db")}, "not a directory"},
 		{"directory as database", []string{"--db", dir}, "database"},
 		{"port in use", []string{"--db", filepath.Join(dir, "ok.db"), "--addr", busy.Addr().String()}, "address already in use"},
+		{"admin port in use", []string{"--db", filepath.Join(dir, "ok.db"), "--addr", "127.0.0.1:0", "--admin-addr", busy.Addr().String()}, "--admin-addr"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -236,7 +237,7 @@ func TestRefusesNewerSchema(t *testing.T) {
 	}
 	s.Close()
 	before, _ := os.ReadFile(db)
-	_, _, err = runCLI(t, nil, "serve", "--db", db, "--addr", "127.0.0.1:0")
+	_, _, err = runCLI(t, nil, "serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-addr", "")
 	if err == nil || !strings.Contains(err.Error(), "newer") {
 		t.Fatalf("serve on a newer schema: %v, want a refusal", err)
 	}
@@ -252,7 +253,7 @@ func TestKilledServerKeepsAcknowledgedWrites(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "kill.db")
 	key := createKey(t, db, "--plan", "business")
 
-	cmd := exec.Command(os.Args[0], "serve", "--db", db, "--addr", "127.0.0.1:0")
+	cmd := exec.Command(os.Args[0], "serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-addr", "")
 	cmd.Env = append(os.Environ(), "PETSTORE_TEST_MAIN=1")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

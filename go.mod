@@ -3,6 +3,7 @@ module petstore
 go 1.26.8
 
 require (
+	github.com/VictoriaMetrics/metrics v1.35.1
 	github.com/golang-migrate/migrate/v4 v4.20.1
 	golang.org/x/sys v0.49.0
 	golang.org/x/text v0.43.0
@@ -15,6 +16,8 @@ require (
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	github.com/valyala/fastrand v1.1.0 // indirect
+	github.com/valyala/histogram v1.2.0 // indirect
 	modernc.org/libc v1.79.0 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect

@@ -57,11 +57,16 @@ func exitCode(err error, stderr io.Writer) int {
 
 // serveConfig is the configuration of the serve command.
 type serveConfig struct {
-	db         string
-	addr       string
-	env        string
-	publicURL  string
-	trustProxy bool
+	db           string
+	addr         string
+	adminAddr    string
+	env          string
+	publicURL    string
+	trustProxy   bool
+	anonRPM      int64
+	maxAddrs     int
+	banThreshold int64
+	banDuration  time.Duration
 }
 
 // serve runs the API server until ctx ends, then shuts it down gracefully.
@@ -72,32 +77,59 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		return err
 	}
 	defer store.Close()
-	keys := newKeyring(store, cfg.env)
+
+	bans := make(chan keyBan, 1024)
+	lim := newLimiter(limiterConfig{
+		Now:          time.Now,
+		AnonRPM:      cfg.anonRPM,
+		MaxAddrs:     cfg.maxAddrs,
+		BanThreshold: cfg.banThreshold,
+		BanDuration:  cfg.banDuration,
+		OnBan: func(id int64, until time.Time) {
+			select {
+			case bans <- keyBan{id, until}:
+			default: // a ban storm: the ban holds in memory all the same
+			}
+		},
+	})
+	metrics := newServerMetrics(lim)
+	keys := newKeyring(store, cfg.env, func(k *apiKey) { lim.setBan(k.ID, k.BannedUntil) })
 	if err := keys.refresh(ctx); err != nil {
 		return err
+	}
+	today := time.Now().UTC().Format(time.DateOnly)
+	counts, err := store.DayCounts(ctx, today)
+	if err != nil {
+		return err
+	}
+	for id, n := range counts {
+		lim.loadDayCount(id, today, n)
 	}
 	doc, err := openAPIDocument(cfg.publicURL, cfg.env)
 	if err != nil {
 		return err
 	}
+
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, unwrapOpError(err))
 	}
 	defer ln.Close()
+	servers := []*http.Server{newHTTPServer(newServer(logger, store, keys, lim, metrics, cfg, doc), logger)}
+	listeners := []net.Listener{ln}
+	if cfg.adminAddr != "" {
+		aln, err := net.Listen("tcp", cfg.adminAddr)
+		if err != nil {
+			return fmt.Errorf("listen on %s (--admin-addr): %w", cfg.adminAddr, unwrapOpError(err))
+		}
+		defer aln.Close()
+		servers = append(servers, newHTTPServer(newAdminServer(store, metrics, cfg), logger))
+		listeners = append(listeners, aln)
+	}
 	if err := createFirstKey(ctx, store, keys, cfg.env, stderr); err != nil {
 		return err
 	}
 
-	srv := &http.Server{
-		Handler:           newServer(logger, store, keys, cfg, doc),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      60 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    32 << 10,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
 	var wg sync.WaitGroup
 	bgCtx, stopBackground := context.WithCancel(ctx)
 	defer func() {
@@ -105,10 +137,17 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		wg.Wait()
 	}()
 	wg.Go(func() { keys.watch(bgCtx, time.Second, logger) })
+	wg.Go(func() { upkeep(bgCtx, lim, store, bans, metrics, logger) })
 
-	logger.Info("listening", "addr", ln.Addr().String(), "env", cfg.env, "db", cfg.db, "version", buildVersion())
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	serveErr := make(chan error, len(servers))
+	for i, srv := range servers {
+		go func() { serveErr <- srv.Serve(listeners[i]) }()
+	}
+	attrs := []any{"addr", ln.Addr().String(), "env", cfg.env, "db", cfg.db, "version", buildVersion()}
+	if cfg.adminAddr != "" {
+		attrs = append(attrs, "admin_addr", listeners[1].Addr().String())
+	}
+	logger.Info("listening", attrs...)
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("serve: %w", err)
@@ -117,10 +156,27 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	logger.Info("shutting down")
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+	var errs []error
+	for _, srv := range servers {
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			errs = append(errs, fmt.Errorf("shutdown: %w", err))
+		}
 	}
-	return nil
+	return errors.Join(errs...)
+}
+
+// newHTTPServer returns an http.Server for h with timeouts that keep slow
+// or idle clients from holding connections for long.
+func newHTTPServer(h http.Handler, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    32 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
 }
 
 func unwrapOpError(err error) error {
@@ -153,19 +209,30 @@ func createFirstKey(ctx context.Context, store *Store, keys *keyring, env string
 }
 
 // newServer returns the whole API: the route table and the middleware chain.
-func newServer(logger *slog.Logger, store *Store, keys *keyring, cfg serveConfig, doc []byte) http.Handler {
+func newServer(logger *slog.Logger, store *Store, keys *keyring, lim *limiter, m *serverMetrics, cfg serveConfig, doc []byte) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /v1/categories", requireKey(keys, handleCategoryList(store)))
-	mux.Handle("POST /v1/categories", requireKey(keys, handleCategoryCreate(store)))
+	mux.Handle("GET /v1/categories", requireKey(handleCategoryList(store)))
+	mux.Handle("POST /v1/categories", requireKey(handleCategoryCreate(store)))
 	mux.Handle("GET /v1/openapi.json", handleOpenAPI(doc))
 	mux.Handle("GET /healthz", handleHealth(cfg.env))
 	mux.Handle("GET /readyz", handleReady(store))
 
 	var h http.Handler = jsonFallbacks(mux)
+	h = limitRequests(lim, keys, cfg.trustProxy, m, h)
 	h = recoverPanics(logger, h)
 	h = logRequests(logger, h)
 	h = withRequestID(h) // runs first
 	return h
+}
+
+// newAdminServer returns what the admin listener serves: metrics and the
+// health checks, never the API.
+func newAdminServer(store *Store, m *serverMetrics, cfg serveConfig) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", handleMetrics(m))
+	mux.Handle("GET /healthz", handleHealth(cfg.env))
+	mux.Handle("GET /readyz", handleReady(store))
+	return jsonFallbacks(mux)
 }
 
 func handleHealth(env string) http.Handler {

@@ -71,13 +71,17 @@ func createKey(t *testing.T, db string, args ...string) string {
 
 type testServer struct {
 	base   string
+	admin  string // base URL of the admin listener
 	db     string
 	key    string
 	stderr *syncBuffer
 	stop   func()
 }
 
-var listeningRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
+var (
+	listeningRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
+	adminRE     = regexp.MustCompile(`msg=listening .*admin_addr=(\S+)`)
+)
 
 // startServer runs "petstore serve" through run on a random loopback port
 // with a temp database (or args' --db) and a business key, and waits until
@@ -94,7 +98,7 @@ func startServerOn(t *testing.T, db, key string, args ...string) *testServer {
 	ctx, cancel := context.WithCancel(context.Background())
 	stderr := &syncBuffer{}
 	done := make(chan error, 1)
-	all := append([]string{"serve", "--addr", "127.0.0.1:0", "--db", db}, args...)
+	all := append([]string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--db", db}, args...)
 	go func() { done <- run(ctx, all, envFrom(nil), io.Discard, stderr) }()
 	ts := &testServer{db: db, key: key, stderr: stderr}
 	var once sync.Once
@@ -121,6 +125,9 @@ func startServerOn(t *testing.T, db, key string, args ...string) *testServer {
 	for ts.base == "" {
 		if m := listeningRE.FindStringSubmatch(stderr.String()); m != nil {
 			ts.base = "http://" + m[1]
+			if m := adminRE.FindStringSubmatch(stderr.String()); m != nil {
+				ts.admin = "http://" + m[1]
+			}
 			break
 		}
 		select {
@@ -700,7 +707,7 @@ func TestSchemaMatchesMigrations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ref.w.Exec("DROP TABLE categories; DROP TABLE api_keys; DROP TABLE schema_migrations;"); err != nil {
+	if _, err := ref.w.Exec("DROP TABLE usage; DROP TABLE categories; DROP TABLE api_keys; DROP TABLE schema_migrations;"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ref.w.Exec(string(sch)); err != nil {

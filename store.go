@@ -446,10 +446,14 @@ func (s *Store) RevokeKey(ctx context.Context, id int64) error {
 	return s.updateKey(ctx, id, "revoked_at = coalesce(revoked_at, ?)", s.now().UTC().Format(time.RFC3339))
 }
 
-// SetKeyBan bans key id until the given time; the zero time lifts a ban.
+// SetKeyBan bans key id until the given time, rounded up to the second;
+// the zero time lifts a ban.
 func (s *Store) SetKeyBan(ctx context.Context, id int64, until time.Time) error {
 	var v any
 	if !until.IsZero() {
+		if t := until.Truncate(time.Second); t.Before(until) {
+			until = t.Add(time.Second)
+		}
 		v = until.UTC().Format(time.RFC3339)
 	}
 	return s.updateKey(ctx, id, "banned_until = ?", v)
@@ -464,6 +468,52 @@ func (s *Store) updateKey(ctx context.Context, id int64, set string, arg any) er
 		return fmt.Errorf("update key %d: %w", id, err)
 	} else if n == 0 {
 		return errNotFound
+	}
+	return nil
+}
+
+// DayCounts returns the stored request counts of day (YYYY-MM-DD) by key id.
+func (s *Store) DayCounts(ctx context.Context, day string) (map[int64]int64, error) {
+	rows, err := s.r.QueryContext(ctx, "SELECT key_id, count FROM usage WHERE day = ?", day)
+	if err != nil {
+		return nil, fmt.Errorf("read day counts: %w", describe(err))
+	}
+	defer rows.Close()
+	counts := map[int64]int64{}
+	for rows.Next() {
+		var id, n int64
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, fmt.Errorf("read day counts: %w", describe(err))
+		}
+		counts[id] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read day counts: %w", describe(err))
+	}
+	return counts, nil
+}
+
+// AddDayCounts adds each delta to its key's stored count of its day, all in
+// one transaction.
+func (s *Store) AddDayCounts(ctx context.Context, deltas []dayDelta) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("add day counts: %w", describe(err))
+	}
+	defer tx.Rollback()
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO usage (key_id, day, count) VALUES (?, ?, ?)
+		ON CONFLICT (key_id, day) DO UPDATE SET count = count + excluded.count`)
+	if err != nil {
+		return fmt.Errorf("add day counts: %w", describe(err))
+	}
+	defer stmt.Close()
+	for _, d := range deltas {
+		if _, err := stmt.ExecContext(ctx, d.KeyID, d.Day, d.N); err != nil {
+			return fmt.Errorf("add day counts: %w", describe(err))
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("add day counts: %w", describe(err))
 	}
 	return nil
 }
