@@ -149,7 +149,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fs.StringVar(&cfg.addr, "addr", ":8080", "`host:port` to listen on")
 	fs.StringVar(&cfg.env, "env", "production", "environment: production or staging; only its keys are accepted")
 	fs.StringVar(&cfg.publicURL, "public-url", "http://localhost:8080/v1", "the base `URL` clients use, advertised in the OpenAPI document")
-	fs.StringVar(&cfg.adminAddr, "admin-addr", "127.0.0.1:9090", "`host:port` of the admin listener (metrics, health); empty turns it off")
+	fs.StringVar(&cfg.adminAddr, "admin-addr", "127.0.0.1:9090", "`host:port` of the admin listener (metrics, health); empty or off turns it off")
 	fs.BoolVar(&cfg.trustProxy, "trust-proxy", false, "take the client address from the last X-Forwarded-For entry")
 	fs.Int64Var(&cfg.anonRPM, "anon-rpm", 60, "requests per minute for each client address without a valid key")
 	fs.IntVar(&cfg.maxAddrs, "max-addrs", 100_000, "client addresses whose rate limits are tracked at most")
@@ -160,6 +160,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	if err := checkEnv(cfg.env); err != nil {
 		return err
+	}
+	if cfg.adminAddr == "off" {
+		cfg.adminAddr = ""
 	}
 	if _, _, err := net.SplitHostPort(cfg.addr); err != nil {
 		return usagef("--addr must be host:port, got %q", cfg.addr)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/netip"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,11 +38,17 @@ func BenchmarkAllowKeyHotParallel(b *testing.B) {
 
 func BenchmarkAllowKeyMillionKeys(b *testing.B) {
 	const keys = 1_000_000
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
 	l := newLimBench(limiterConfig{})
 	for id := range int64(keys) {
 		l.allowKey(id, 60, 1000)
 	}
 	l.takeDayDeltas(nil)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	perKey := float64(after.HeapAlloc-before.HeapAlloc) / keys
 	b.ReportAllocs()
 	id := int64(0)
 	for b.Loop() {
@@ -56,6 +63,7 @@ func BenchmarkAllowKeyMillionKeys(b *testing.B) {
 	if st := l.stats(); st.keys != keys {
 		b.Fatalf("stats %+v", st)
 	}
+	b.ReportMetric(perKey, "heapB/key") // after the loop: it resets reported metrics
 }
 
 func BenchmarkAllowAddr(b *testing.B) {
