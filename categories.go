@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -90,41 +88,8 @@ func handleCategoryCreate(store *Store) http.Handler {
 	})
 }
 
-// handleCategoryList streams every category as one JSON array, so a large
-// table never sits in memory whole.
 func handleCategoryList(store *Store) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var bw *bufio.Writer
-		err := store.EachCategory(r.Context(), func(c Category) error {
-			item, err := json.Marshal(c)
-			if err != nil {
-				return err
-			}
-			if bw == nil {
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusOK)
-				bw = bufio.NewWriterSize(w, 32<<10)
-				bw.WriteByte('[')
-			} else {
-				bw.WriteByte(',')
-			}
-			_, err = bw.Write(item)
-			return err
-		})
-		switch {
-		case err != nil && bw == nil:
-			writeError(w, r, err)
-		case err != nil:
-			// The status is sent: cut the array short so the client sees
-			// invalid JSON rather than a complete-looking list.
-			noteError(r, err)
-			bw.Flush()
-			panic(http.ErrAbortHandler)
-		case bw == nil:
-			writeJSON(w, http.StatusOK, []Category{})
-		default:
-			bw.WriteString("]\n")
-			bw.Flush()
-		}
+		writeJSONArray(w, r, func(fn func(Category) error) error { return store.EachCategory(r.Context(), fn) })
 	})
 }

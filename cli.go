@@ -31,6 +31,7 @@ Usage:
   petstore serve [--db PATH] [--addr HOST:PORT] [--admin-addr HOST:PORT] [--env production|staging]
                 [--public-url URL] [--trust-proxy] [--anon-rpm N] [--max-addrs N]
                 [--ban-threshold N] [--ban-duration D]
+                [--pets-deprecated-at DATE] [--pets-sunset-at DATE]
   petstore keys create --plan free|pro|business|enterprise [--name TEXT] [--rpm N --rpd N] [--env ENV] [--json]
   petstore keys list [--json]
   petstore keys revoke ID
@@ -155,6 +156,10 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fs.IntVar(&cfg.maxAddrs, "max-addrs", 100_000, "client addresses whose rate limits are tracked at most")
 	fs.Int64Var(&cfg.banThreshold, "ban-threshold", 60, "refused requests within a minute that get a key banned")
 	fs.DurationVar(&cfg.banDuration, "ban-duration", 15*time.Minute, "how long a ban lasts")
+	cfg.petsDeprecatedAt = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cfg.petsSunsetAt = time.Date(2027, 7, 1, 0, 0, 0, 0, time.UTC)
+	fs.Var((*dateFlag)(&cfg.petsDeprecatedAt), "pets-deprecated-at", "when GET /v1/pets/{petId} was deprecated: YYYY-MM-DD (00:00 UTC) or RFC 3339")
+	fs.Var((*dateFlag)(&cfg.petsSunsetAt), "pets-sunset-at", "when GET /v1/pets/{petId} stops working (410): YYYY-MM-DD (00:00 UTC) or RFC 3339")
 	if _, err := parseFlags(fs, args, getenv, stdout, 0); err != nil {
 		return helpIsNoError(err)
 	}
@@ -179,11 +184,32 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return usagef("--ban-threshold must be at least 1, got %d", cfg.banThreshold)
 	case cfg.banDuration < time.Second:
 		return usagef("--ban-duration must be at least 1s, got %v", cfg.banDuration)
+	case cfg.petsSunsetAt.Before(cfg.petsDeprecatedAt):
+		return usagef("--pets-sunset-at (%s) must not be before --pets-deprecated-at (%s)",
+			cfg.petsSunsetAt.Format(time.RFC3339), cfg.petsDeprecatedAt.Format(time.RFC3339))
 	}
 	if u, err := url.Parse(cfg.publicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return usagef("--public-url must be an absolute http(s) URL, got %q", cfg.publicURL)
 	}
 	return serve(ctx, cfg, stderr)
+}
+
+// dateFlag is a flag.Value for a time given as YYYY-MM-DD (00:00 UTC) or
+// as an RFC 3339 timestamp.
+type dateFlag time.Time
+
+func (d *dateFlag) String() string { return time.Time(*d).UTC().Format(time.RFC3339) }
+
+func (d *dateFlag) Set(s string) error {
+	t, err := time.Parse(time.DateOnly, s)
+	if err != nil {
+		t, err = time.Parse(time.RFC3339, s)
+	}
+	if err != nil {
+		return errors.New("want YYYY-MM-DD or an RFC 3339 time")
+	}
+	*d = dateFlag(t.UTC())
+	return nil
 }
 
 func helpIsNoError(err error) error {

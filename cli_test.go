@@ -279,7 +279,7 @@ func TestKilledServerKeepsAcknowledgedWrites(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the server process did not start within 10s")
 	}
-	ts := &testServer{base: base, key: key}
+	ts := &testServer{base: base, key: key, client: contractClient(t, nil)}
 
 	var wg sync.WaitGroup
 	var mu sync.Mutex

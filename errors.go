@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -76,6 +77,44 @@ func noteError(r *http.Request, err error) {
 	}
 }
 
+// writeJSONArray streams the values that iterate hands to its callback as
+// one JSON array with status 200, so that a long list never sits in memory
+// whole; no values is "[]".
+func writeJSONArray[T any](w http.ResponseWriter, r *http.Request, iterate func(func(T) error) error) {
+	var bw *bufio.Writer
+	err := iterate(func(v T) error {
+		item, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		if bw == nil {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			bw = bufio.NewWriterSize(w, 32<<10)
+			bw.WriteByte('[')
+		} else {
+			bw.WriteByte(',')
+		}
+		_, err = bw.Write(item)
+		return err
+	})
+	switch {
+	case err != nil && bw == nil:
+		writeError(w, r, err)
+	case err != nil:
+		// The status is sent: cut the array short so the client sees
+		// invalid JSON rather than a complete-looking list.
+		noteError(r, err)
+		bw.Flush()
+		panic(http.ErrAbortHandler)
+	case bw == nil:
+		writeJSON(w, http.StatusOK, []struct{}{})
+	default:
+		bw.WriteString("]\n")
+		bw.Flush()
+	}
+}
+
 // decodeJSON reads a JSON object of at most maxBodyBytes into dst. It
 // refuses a wrong Content-Type (415), a larger body (413), invalid UTF-8,
 // malformed JSON, trailing data or a non-object (400 invalid_json), and
@@ -122,7 +161,7 @@ func jsonError(err error) *apiError {
 		if field == "" {
 			return errorf(http.StatusBadRequest, "invalid_json", "the request body must be a JSON object")
 		}
-		return errorf(http.StatusBadRequest, "validation_failed", "%s must be a %s", field, jsonTypeName(typeErr.Type.Kind().String()))
+		return errorf(http.StatusBadRequest, "validation_failed", "%s must be %s", field, jsonTypeName(typeErr.Type.Kind().String()))
 	case errors.As(err, &syntaxErr):
 		return errorf(http.StatusBadRequest, "invalid_json", "malformed JSON at byte %d: %s", syntaxErr.Offset, syntaxErr.Error())
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
@@ -134,18 +173,21 @@ func jsonError(err error) *apiError {
 	return errorf(http.StatusBadRequest, "invalid_json", "the request body is not valid JSON")
 }
 
+// jsonTypeName names the JSON type that a Go kind decodes from.
 func jsonTypeName(kind string) string {
 	switch kind {
 	case "string":
-		return "string"
-	case "int64", "int", "int32", "uint", "uint64", "float64":
-		return "number"
+		return "a string"
+	case "int64", "int", "int32", "uint", "uint64":
+		return "an integer"
+	case "float64":
+		return "a number"
 	case "bool":
-		return "boolean"
+		return "a boolean"
 	case "struct", "map":
-		return "object"
+		return "an object"
 	case "slice":
-		return "array"
+		return "an array"
 	}
 	return kind
 }

@@ -57,16 +57,18 @@ func exitCode(err error, stderr io.Writer) int {
 
 // serveConfig is the configuration of the serve command.
 type serveConfig struct {
-	db           string
-	addr         string
-	adminAddr    string
-	env          string
-	publicURL    string
-	trustProxy   bool
-	anonRPM      int64
-	maxAddrs     int
-	banThreshold int64
-	banDuration  time.Duration
+	db               string
+	addr             string
+	adminAddr        string
+	env              string
+	publicURL        string
+	trustProxy       bool
+	anonRPM          int64
+	maxAddrs         int
+	banThreshold     int64
+	banDuration      time.Duration
+	petsDeprecatedAt time.Time
+	petsSunsetAt     time.Time
 }
 
 // serve runs the API server until ctx ends, then shuts it down gracefully.
@@ -208,17 +210,44 @@ func createFirstKey(ctx context.Context, store *Store, keys *keyring, env string
 	return keys.refresh(ctx)
 }
 
+// route is one entry of the API's route table.
+type route struct {
+	pattern string
+	handler http.Handler
+}
+
+// apiRoutes is the route table of the API under /v1: every entry is an
+// operation of the OpenAPI document, and the other way round.
+func apiRoutes(store *Store, cfg serveConfig, doc []byte) []route {
+	return []route{
+		{"GET /v1/categories", requireKey(handleCategoryList(store))},
+		{"POST /v1/categories", requireKey(handleCategoryCreate(store))},
+		{"GET /v1/pets", requireKey(handlePetList(store))},
+		{"POST /v1/pets", requireKey(handlePetCreate(store))},
+		{"GET /v1/pets/{petId}", sunset(cfg.petsDeprecation(), time.Now, requireKey(handlePetGet(store)))},
+		{"GET /v1/store/orders", requireKey(handleOrderList(store))},
+		{"POST /v1/store/orders", requireKey(handleOrderCreate(store))},
+		{"GET /v1/openapi.json", handleOpenAPI(doc)},
+	}
+}
+
+// petsDeprecation is the timeline of GET /v1/pets/{petId}.
+func (cfg serveConfig) petsDeprecation() deprecation {
+	return deprecation{deprecatedAt: cfg.petsDeprecatedAt, sunsetAt: cfg.petsSunsetAt, successor: cfg.publicURL + "/pets"}
+}
+
 // newServer returns the whole API: the route table and the middleware chain.
 func newServer(logger *slog.Logger, store *Store, keys *keyring, lim *limiter, m *serverMetrics, cfg serveConfig, doc []byte) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /v1/categories", requireKey(handleCategoryList(store)))
-	mux.Handle("POST /v1/categories", requireKey(handleCategoryCreate(store)))
-	mux.Handle("GET /v1/openapi.json", handleOpenAPI(doc))
+	for _, rt := range apiRoutes(store, cfg, doc) {
+		mux.Handle(rt.pattern, rt.handler)
+	}
 	mux.Handle("GET /healthz", handleHealth(cfg.env))
 	mux.Handle("GET /readyz", handleReady(store))
 
 	var h http.Handler = jsonFallbacks(mux)
 	h = limitRequests(lim, keys, cfg.trustProxy, m, h)
+	h = areaHeaders(cfg.petsDeprecation(), h)
 	h = recoverPanics(logger, h)
 	h = logRequests(logger, h)
 	h = withRequestID(h) // runs first

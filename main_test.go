@@ -70,6 +70,7 @@ func createKey(t *testing.T, db string, args ...string) string {
 }
 
 type testServer struct {
+	client *http.Client // checks every exchange against the OpenAPI document
 	base   string
 	admin  string // base URL of the admin listener
 	db     string
@@ -101,6 +102,7 @@ func startServerOn(t *testing.T, db, key string, args ...string) *testServer {
 	all := append([]string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--db", db}, args...)
 	go func() { done <- run(ctx, all, envFrom(nil), io.Discard, stderr) }()
 	ts := &testServer{db: db, key: key, stderr: stderr}
+	ts.client = contractClient(t, args)
 	var once sync.Once
 	ts.stop = func() {
 		once.Do(func() {
@@ -141,7 +143,7 @@ func startServerOn(t *testing.T, db, key string, args ...string) *testServer {
 		time.Sleep(10 * time.Millisecond)
 	}
 	for {
-		resp, err := http.Get(ts.base + "/healthz")
+		resp, err := ts.client.Get(ts.base + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -153,6 +155,30 @@ func startServerOn(t *testing.T, db, key string, args ...string) *testServer {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// contractClient returns a client whose every exchange is checked against
+// the OpenAPI document that a server started with args serves; the test
+// fails at its end for each problem found.
+func contractClient(t *testing.T, args []string) *http.Client {
+	t.Helper()
+	publicURL, env := "http://localhost:8080/v1", "production"
+	for i := 0; i+1 < len(args); i++ {
+		switch args[i] {
+		case "--public-url":
+			publicURL = args[i+1]
+		case "--env":
+			env = args[i+1]
+		}
+	}
+	doc, err := openAPIDocument(publicURL, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := contractFor(t, doc)
+	ct := &checkingTransport{base: &http.Transport{MaxIdleConnsPerHost: 16}, contract: func() *contract { return c }}
+	t.Cleanup(func() { ct.report(t) })
+	return &http.Client{Transport: ct}
 }
 
 type response struct {
@@ -182,7 +208,7 @@ func (ts *testServer) do(t *testing.T, method, path, key, body string, header ..
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := ts.client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -471,7 +497,7 @@ func TestRoutingErrors(t *testing.T) {
 			if tt.key != "" {
 				req.Header.Set("Authorization", "Bearer "+tt.key)
 			}
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := ts.client.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -537,6 +563,11 @@ func TestHealthReadyAndOpenAPI(t *testing.T) {
 	if len(doc.Servers) != 1 || doc.Servers[0].URL != "https://api.example.test/v1" {
 		t.Errorf("servers = %+v, want the --public-url", doc.Servers)
 	}
+	// The contract checker validates against openAPIDocument's output: it
+	// must be what the server serves, to the byte.
+	if want, _ := openAPIDocument("https://api.example.test/v1", "production"); !bytes.Equal(r.body, want) {
+		t.Errorf("served document differs from openAPIDocument's")
+	}
 	for _, op := range []string{"get", "post"} {
 		if _, ok := doc.Paths["/categories"][op]; !ok {
 			t.Errorf("no %s /categories in the document", op)
@@ -556,7 +587,7 @@ func TestConcurrentCreates(t *testing.T) {
 			req, _ := http.NewRequest("POST", ts.base+"/v1/categories", strings.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Authorization", "Bearer "+ts.key)
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := ts.client.Do(req)
 			if err != nil {
 				errs <- err
 				return
@@ -707,7 +738,7 @@ func TestSchemaMatchesMigrations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ref.w.Exec("DROP TABLE usage; DROP TABLE categories; DROP TABLE api_keys; DROP TABLE schema_migrations;"); err != nil {
+	if _, err := ref.w.Exec("DROP TABLE orders; DROP TABLE pets; DROP TABLE usage; DROP TABLE categories; DROP TABLE api_keys; DROP TABLE schema_migrations;"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ref.w.Exec(string(sch)); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	_ "embed"
 	"encoding/json"
 	"fmt"
@@ -19,11 +20,14 @@ func openAPIDocument(publicURL, env string) ([]byte, error) {
 		return nil, fmt.Errorf("embedded openapi.json: %w", err)
 	}
 	doc["servers"] = []map[string]string{{"url": publicURL, "description": env}}
-	out, err := json.MarshalIndent(doc, "", "  ")
-	if err != nil {
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(doc); err != nil {
 		return nil, fmt.Errorf("embedded openapi.json: %w", err)
 	}
-	return append(out, '\n'), nil
+	return out.Bytes(), nil
 }
 
 func handleOpenAPI(doc []byte) http.Handler {

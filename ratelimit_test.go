@@ -105,7 +105,7 @@ func TestConcurrentRequestsOnOneKey(t *testing.T) {
 			for range 2 {
 				req, _ := http.NewRequest("GET", ts.base+"/v1/categories", nil)
 				req.Header.Set("Authorization", "Bearer "+key)
-				resp, err := http.DefaultClient.Do(req)
+				resp, err := ts.client.Do(req)
 				if err != nil {
 					t.Error(err)
 					return
@@ -229,7 +229,7 @@ func TestBanSurvivesRestartUntilUnban(t *testing.T) {
 // get fetches url and returns its body.
 func (ts *testServer) get(t *testing.T, url string) string {
 	t.Helper()
-	resp, err := http.Get(url)
+	resp, err := ts.client.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func TestEveryV1ResponseCarriesLimitHeaders(t *testing.T) {
 		})
 	}
 	for _, url := range []string{ts.base + "/healthz", ts.base + "/readyz", ts.admin + "/metrics", ts.admin + "/healthz"} {
-		resp, err := http.Get(url)
+		resp, err := ts.client.Get(url)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -333,7 +333,7 @@ func TestFloodKeepsLimiterStateBounded(t *testing.T) {
 	ts := startServer(t, "--trust-proxy", "--max-addrs", strconv.Itoa(maxAddrs))
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
+	client := ts.client
 	deadline := time.Now().Add(3 * time.Minute)
 	for range 8 {
 		wg.Go(func() {

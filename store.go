@@ -27,6 +27,7 @@ var migrationFiles embed.FS
 var (
 	errNotFound    = errors.New("not found")
 	errConflict    = errors.New("conflict")
+	errNoReference = errors.New("referenced row does not exist")
 	errUnavailable = errors.New("database unavailable")
 )
 
@@ -258,6 +259,35 @@ func isUniqueViolation(err error) bool {
 	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE
 }
 
+// isForeignKeyViolation reports whether err is a FOREIGN KEY constraint failure.
+func isForeignKeyViolation(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
+}
+
+// each runs query on the read pool and calls fn with every row that scan
+// reads, stopping at fn's first error. what names the query in errors.
+func each[T any](ctx context.Context, db *sql.DB, what string, scan func(*sql.Rows) (T, error), fn func(T) error, query string, args ...any) error {
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, describe(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, describe(err))
+		}
+		if err := fn(v); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, describe(err))
+	}
+	return nil
+}
+
 // Category is a row of the categories table.
 type Category struct {
 	ID          int64   `json:"id"`
@@ -286,28 +316,103 @@ func (s *Store) CreateCategory(ctx context.Context, name, fold string, descripti
 // EachCategory calls fn for every category in ascending id order and stops
 // at fn's first error.
 func (s *Store) EachCategory(ctx context.Context, fn func(Category) error) error {
-	rows, err := s.r.QueryContext(ctx, "SELECT id, name, description FROM categories ORDER BY id")
+	return each(ctx, s.r, "list categories", scanCategory, fn, "SELECT id, name, description FROM categories ORDER BY id")
+}
+
+func scanCategory(rows *sql.Rows) (Category, error) {
+	var c Category
+	var desc sql.NullString
+	err := rows.Scan(&c.ID, &c.Name, &desc)
+	if desc.Valid {
+		c.Description = &desc.String
+	}
+	return c, err
+}
+
+// Pet is a row of the pets table.
+type Pet struct {
+	ID         int64  `json:"id"`
+	Name       string `json:"name"`
+	CategoryID int64  `json:"categoryId"`
+	Status     string `json:"status"`
+}
+
+// CreatePet inserts a pet; a category that does not exist is errNoReference.
+func (s *Store) CreatePet(ctx context.Context, p Pet) (Pet, error) {
+	res, err := s.w.ExecContext(ctx, "INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?)", p.Name, p.CategoryID, p.Status)
+	if isForeignKeyViolation(err) {
+		return Pet{}, errNoReference
+	}
 	if err != nil {
-		return fmt.Errorf("list categories: %w", describe(err))
+		return Pet{}, fmt.Errorf("insert pet: %w", describe(err))
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var c Category
-		var desc sql.NullString
-		if err := rows.Scan(&c.ID, &c.Name, &desc); err != nil {
-			return fmt.Errorf("list categories: %w", describe(err))
-		}
-		if desc.Valid {
-			c.Description = &desc.String
-		}
-		if err := fn(c); err != nil {
-			return err
-		}
+	p.ID, err = res.LastInsertId()
+	return p, err
+}
+
+// petFilter narrows a pet list; zero fields do not filter.
+type petFilter struct {
+	CategoryID int64
+	Status     string
+}
+
+// EachPet calls fn for every pet that matches f, in ascending id order.
+func (s *Store) EachPet(ctx context.Context, f petFilter, fn func(Pet) error) error {
+	return each(ctx, s.r, "list pets", scanPet, fn, `SELECT id, name, category_id, status FROM pets
+		WHERE (?1 = 0 OR category_id = ?1) AND (?2 = '' OR status = ?2) ORDER BY id`, f.CategoryID, f.Status)
+}
+
+// Pet returns the pet with the given id, or errNotFound.
+func (s *Store) Pet(ctx context.Context, id int64) (Pet, error) {
+	var p Pet
+	err := s.r.QueryRowContext(ctx, "SELECT id, name, category_id, status FROM pets WHERE id = ?", id).
+		Scan(&p.ID, &p.Name, &p.CategoryID, &p.Status)
+	if errors.Is(err, sql.ErrNoRows) {
+		return p, errNotFound
 	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("list categories: %w", describe(err))
+	if err != nil {
+		return p, fmt.Errorf("read pet %d: %w", id, describe(err))
 	}
-	return nil
+	return p, nil
+}
+
+func scanPet(rows *sql.Rows) (Pet, error) {
+	var p Pet
+	err := rows.Scan(&p.ID, &p.Name, &p.CategoryID, &p.Status)
+	return p, err
+}
+
+// Order is a row of the orders table.
+type Order struct {
+	ID        int64  `json:"id"`
+	PetID     int64  `json:"petId"`
+	Quantity  int64  `json:"quantity"`
+	Status    string `json:"status"`
+	CreatedAt string `json:"createdAt"` // RFC 3339, UTC
+}
+
+// CreateOrder places an order; a pet that does not exist is errNoReference.
+func (s *Store) CreateOrder(ctx context.Context, petID, quantity int64) (Order, error) {
+	o := Order{PetID: petID, Quantity: quantity, Status: "placed", CreatedAt: s.now().UTC().Format(time.RFC3339)}
+	res, err := s.w.ExecContext(ctx, "INSERT INTO orders (pet_id, quantity, status, created_at) VALUES (?, ?, ?, ?)",
+		o.PetID, o.Quantity, o.Status, o.CreatedAt)
+	if isForeignKeyViolation(err) {
+		return Order{}, errNoReference
+	}
+	if err != nil {
+		return Order{}, fmt.Errorf("insert order: %w", describe(err))
+	}
+	o.ID, err = res.LastInsertId()
+	return o, err
+}
+
+// EachOrder calls fn for every order in ascending id order.
+func (s *Store) EachOrder(ctx context.Context, fn func(Order) error) error {
+	return each(ctx, s.r, "list orders", func(rows *sql.Rows) (Order, error) {
+		var o Order
+		err := rows.Scan(&o.ID, &o.PetID, &o.Quantity, &o.Status, &o.CreatedAt)
+		return o, err
+	}, fn, "SELECT id, pet_id, quantity, status, created_at FROM orders ORDER BY id")
 }
 
 // Backup writes a consistent copy of the live database to dest, which must

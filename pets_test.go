@@ -1,0 +1,252 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPets(t *testing.T) {
+	ts := startServer(t)
+	ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"Dog"}`)
+	ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"Cat"}`)
+
+	r := ts.do(t, "POST", "/v1/pets", ts.key, `{"name":" Rex ","categoryId":1}`)
+	if r.status != 201 || string(r.body) != `{"id":1,"name":"Rex","categoryId":1,"status":"available"}`+"\n" {
+		t.Fatalf("create pet: %d %s", r.status, r.body)
+	}
+	for _, body := range []string{
+		`{"name":"Rex","categoryId":1,"status":"sold"}`, // names need not be unique
+		`{"name":"Tom","categoryId":2,"status":"pending"}`,
+		`{"name":"Kit","categoryId":2}`,
+	} {
+		if r := ts.do(t, "POST", "/v1/pets", ts.key, body); r.status != 201 {
+			t.Fatalf("create %s: %d %s", body, r.status, r.body)
+		}
+	}
+	lists := map[string]string{
+		"":                              `[{"id":1,"name":"Rex","categoryId":1,"status":"available"},{"id":2,"name":"Rex","categoryId":1,"status":"sold"},{"id":3,"name":"Tom","categoryId":2,"status":"pending"},{"id":4,"name":"Kit","categoryId":2,"status":"available"}]`,
+		"?categoryId=2":                 `[{"id":3,"name":"Tom","categoryId":2,"status":"pending"},{"id":4,"name":"Kit","categoryId":2,"status":"available"}]`,
+		"?status=available":             `[{"id":1,"name":"Rex","categoryId":1,"status":"available"},{"id":4,"name":"Kit","categoryId":2,"status":"available"}]`,
+		"?categoryId=1&status=sold":     `[{"id":2,"name":"Rex","categoryId":1,"status":"sold"}]`,
+		"?categoryId=99":                `[]`,
+		"?categoryId=2&status=sold":     `[]`,
+		"?status=pending&unrelated=yes": `[{"id":3,"name":"Tom","categoryId":2,"status":"pending"}]`,
+	}
+	for query, want := range lists {
+		r := ts.do(t, "GET", "/v1/pets"+query, ts.key, "")
+		if r.status != 200 || strings.TrimSpace(string(r.body)) != want {
+			t.Errorf("GET /v1/pets%s: %d %s, want %s", query, r.status, r.body, want)
+		}
+	}
+	r = ts.do(t, "GET", "/v1/pets/3", ts.key, "")
+	if r.status != 200 || string(r.body) != `{"id":3,"name":"Tom","categoryId":2,"status":"pending"}`+"\n" {
+		t.Errorf("GET /v1/pets/3: %d %s", r.status, r.body)
+	}
+
+	errorsTable := []struct {
+		name, method, path, body string
+		status                   int
+		code                     string
+	}{
+		{"missing category", "POST", "/v1/pets", `{"name":"Ghost","categoryId":99}`, 400, "validation_failed"},
+		{"no categoryId", "POST", "/v1/pets", `{"name":"Ghost"}`, 400, "validation_failed"},
+		{"zero categoryId", "POST", "/v1/pets", `{"name":"Ghost","categoryId":0}`, 400, "validation_failed"},
+		{"string categoryId", "POST", "/v1/pets", `{"name":"Ghost","categoryId":"1"}`, 400, "validation_failed"},
+		{"fractional categoryId", "POST", "/v1/pets", `{"name":"Ghost","categoryId":1.5}`, 400, "validation_failed"},
+		{"huge categoryId", "POST", "/v1/pets", `{"name":"Ghost","categoryId":1e30}`, 400, "validation_failed"},
+		{"bad status", "POST", "/v1/pets", `{"name":"Ghost","categoryId":1,"status":"lost"}`, 400, "validation_failed"},
+		{"no name", "POST", "/v1/pets", `{"categoryId":1}`, 400, "validation_failed"},
+		{"long name", "POST", "/v1/pets", `{"name":"` + strings.Repeat("n", 101) + `","categoryId":1}`, 400, "validation_failed"},
+		{"control in name", "POST", "/v1/pets", `{"name":"a\tb","categoryId":1}`, 400, "validation_failed"},
+		{"unknown field", "POST", "/v1/pets", `{"name":"Ghost","categoryId":1,"age":3}`, 400, "validation_failed"},
+		{"not JSON", "POST", "/v1/pets", `name=Ghost`, 400, "invalid_json"},
+		{"filter categoryId text", "GET", "/v1/pets?categoryId=dog", "", 400, "validation_failed"},
+		{"filter categoryId zero", "GET", "/v1/pets?categoryId=0", "", 400, "validation_failed"},
+		{"filter categoryId empty", "GET", "/v1/pets?categoryId=", "", 400, "validation_failed"},
+		{"filter status", "GET", "/v1/pets?status=lost", "", 400, "validation_failed"},
+		{"unknown pet", "GET", "/v1/pets/99", "", 404, "not_found"},
+		{"text pet id", "GET", "/v1/pets/abc", "", 400, "validation_failed"},
+		{"zero pet id", "GET", "/v1/pets/0", "", 400, "validation_failed"},
+		{"negative pet id", "GET", "/v1/pets/-1", "", 400, "validation_failed"},
+		{"signed pet id", "GET", "/v1/pets/+1", "", 400, "validation_failed"},
+		{"overflowing pet id", "GET", "/v1/pets/99999999999999999999", "", 400, "validation_failed"},
+	}
+	for _, tt := range errorsTable {
+		t.Run(tt.name, func(t *testing.T) {
+			r := ts.do(t, tt.method, tt.path, ts.key, tt.body)
+			wantError(t, r, tt.status, tt.code)
+			if got := r.header.Get("X-API-Stability"); got != "beta" {
+				t.Errorf("X-API-Stability = %q, want beta", got)
+			}
+		})
+	}
+	wantError(t, ts.do(t, "GET", "/v1/pets", "", ""), 401, "unauthorized")
+}
+
+func TestPetNeedsCategoryInTheDatabase(t *testing.T) {
+	// The foreign key refuses an orphan pet even when the handler is
+	// bypassed.
+	db := filepath.Join(t.TempDir(), "fk.db")
+	s, err := openStore(context.Background(), db, true, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.w.Exec("INSERT INTO pets (name, category_id, status) VALUES ('x', 42, 'available')"); !isForeignKeyViolation(err) {
+		t.Errorf("orphan pet: %v, want a foreign key violation", err)
+	}
+	if _, err := s.CreateOrder(context.Background(), 42, 1); err != errNoReference {
+		t.Errorf("order of a missing pet: %v, want errNoReference", err)
+	}
+}
+
+func TestOrders(t *testing.T) {
+	ts := startServer(t)
+	ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"Dog"}`)
+	ts.do(t, "POST", "/v1/pets", ts.key, `{"name":"Rex","categoryId":1}`)
+
+	before := time.Now().UTC().Truncate(time.Second)
+	r := ts.do(t, "POST", "/v1/store/orders", ts.key, `{"petId":1,"quantity":3}`)
+	if r.status != 201 {
+		t.Fatalf("create order: %d %s", r.status, r.body)
+	}
+	o := decode[Order](t, r)
+	created, err := time.Parse(time.RFC3339, o.CreatedAt)
+	if o.ID != 1 || o.PetID != 1 || o.Quantity != 3 || o.Status != "placed" || err != nil ||
+		!strings.HasSuffix(o.CreatedAt, "Z") || created.Before(before) || created.After(time.Now()) {
+		t.Errorf("order = %+v (createdAt %v), want id 1, pet 1, 3, placed, now in UTC", o, err)
+	}
+	if got := r.header.Get("X-API-Stability"); got != "experimental" {
+		t.Errorf("X-API-Stability = %q, want experimental", got)
+	}
+	ts.do(t, "POST", "/v1/store/orders", ts.key, `{"petId":1,"quantity":100}`)
+	list := decode[[]Order](t, ts.do(t, "GET", "/v1/store/orders", ts.key, ""))
+	if len(list) != 2 || list[0].ID != 1 || list[1].ID != 2 || list[1].Quantity != 100 {
+		t.Errorf("orders = %+v", list)
+	}
+
+	for _, tt := range []struct{ name, body string }{
+		{"missing pet", `{"petId":9,"quantity":1}`},
+		{"zero quantity", `{"petId":1,"quantity":0}`},
+		{"too many", `{"petId":1,"quantity":101}`},
+		{"no quantity", `{"petId":1}`},
+		{"no pet", `{"quantity":1}`},
+		{"text quantity", `{"petId":1,"quantity":"1"}`},
+		{"fractional quantity", `{"petId":1,"quantity":1.5}`},
+		{"status given", `{"petId":1,"quantity":1,"status":"placed"}`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := ts.do(t, "POST", "/v1/store/orders", ts.key, tt.body)
+			wantError(t, r, 400, "validation_failed")
+			if got := r.header.Get("X-API-Stability"); got != "experimental" {
+				t.Errorf("X-API-Stability = %q, want experimental", got)
+			}
+		})
+	}
+	if r := ts.do(t, "GET", "/v1/store/orders", "", ""); r.header.Get("X-API-Stability") != "experimental" || r.status != 401 {
+		t.Errorf("401 of the store: status %d, X-API-Stability %q", r.status, r.header.Get("X-API-Stability"))
+	}
+	if r := ts.do(t, "GET", "/v1/categories", ts.key, ""); r.header.Get("X-API-Stability") != "" {
+		t.Errorf("categories carry X-API-Stability %q, want none", r.header.Get("X-API-Stability"))
+	}
+}
+
+func TestPetByIDDeprecation(t *testing.T) {
+	ts := startServer(t, "--public-url", "https://api.example.net/v1")
+	limited := createKey(t, ts.db, "--plan", "enterprise", "--rpm", "1", "--rpd", "100")
+	ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"Dog"}`)
+	ts.do(t, "POST", "/v1/pets", ts.key, `{"name":"Rex","categoryId":1}`)
+	waitStatus(t, ts, limited, 200)
+
+	wantHeaders := map[string]string{
+		"Deprecation":     "@1767225600", // 2026-01-01T00:00:00Z
+		"Sunset":          "Thu, 01 Jul 2027 00:00:00 GMT",
+		"Link":            `<https://api.example.net/v1/pets>; rel="successor-version"`,
+		"X-API-Stability": "beta",
+	}
+	for _, tt := range []struct {
+		name, path, key string
+		status          int
+	}{
+		{"found", "/v1/pets/1", ts.key, 200},
+		{"not found", "/v1/pets/2", ts.key, 404},
+		{"bad id", "/v1/pets/x", ts.key, 400},
+		{"no key", "/v1/pets/1", "", 401},
+		{"rate limited", "/v1/pets/1", limited, 429},
+		{"wrong method", "/v1/pets/1", ts.key, 405},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			method := "GET"
+			if tt.status == 405 {
+				method = "DELETE"
+			}
+			r := ts.do(t, method, tt.path, tt.key, "")
+			if r.status != tt.status {
+				t.Fatalf("status = %d, want %d", r.status, tt.status)
+			}
+			for name, want := range wantHeaders {
+				if got := r.header.Get(name); got != want {
+					t.Errorf("%s = %q, want %q", name, got, want)
+				}
+			}
+		})
+	}
+	for _, path := range []string{"/v1/pets", "/v1/categories"} {
+		if r := ts.do(t, "GET", path, ts.key, ""); r.header.Get("Deprecation") != "" || r.header.Get("Sunset") != "" {
+			t.Errorf("%s carries deprecation headers", path)
+		}
+	}
+}
+
+func TestPetByIDAfterSunset(t *testing.T) {
+	ts := startServer(t, "--pets-deprecated-at", "2025-06-01", "--pets-sunset-at", "2026-02-01T12:00:00Z")
+	ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"Dog"}`)
+	ts.do(t, "POST", "/v1/pets", ts.key, `{"name":"Rex","categoryId":1}`)
+	for _, key := range []string{ts.key, ""} {
+		r := ts.do(t, "GET", "/v1/pets/1", key, "")
+		wantError(t, r, 410, "gone")
+		if r.header.Get("Sunset") != "Sun, 01 Feb 2026 12:00:00 GMT" || r.header.Get("Deprecation") != fmt.Sprintf("@%d", time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC).Unix()) {
+			t.Errorf("410: Sunset %q, Deprecation %q", r.header.Get("Sunset"), r.header.Get("Deprecation"))
+		}
+	}
+	if r := ts.do(t, "GET", "/v1/pets", ts.key, ""); r.status != 200 {
+		t.Errorf("the successor after the sunset: %d", r.status)
+	}
+
+	for _, args := range [][]string{
+		{"--pets-sunset-at", "next year"},
+		{"--pets-deprecated-at", "2026-13-01"},
+		{"--pets-deprecated-at", "2027-01-01", "--pets-sunset-at", "2026-01-01"},
+	} {
+		_, _, err := runCLI(t, nil, append([]string{"serve", "--admin-addr", "off"}, args...)...)
+		if code := exitCode(err, &bytes.Buffer{}); code != 2 {
+			t.Errorf("serve %v: exit %d (%v), want 2", args, code, err)
+		}
+	}
+}
+
+func TestStagingEnvironment(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "staging.db")
+	staging := createKey(t, db, "--plan", "pro", "--env", "staging")
+	production := createKey(t, db, "--plan", "pro")
+	if !strings.HasPrefix(staging, "ps_test_") {
+		t.Fatalf("staging key %q", staging)
+	}
+	ts := startServerOn(t, db, staging, "--env", "staging", "--public-url", "https://staging.example.net/v1")
+	if r := ts.do(t, "GET", "/v1/categories", staging, ""); r.status != 200 {
+		t.Errorf("staging key on staging: %d", r.status)
+	}
+	wantError(t, ts.do(t, "GET", "/v1/categories", production, ""), 401, "unauthorized")
+	if h := decode[map[string]string](t, ts.do(t, "GET", "/healthz", "", "")); h["env"] != "staging" {
+		t.Errorf("/healthz env = %q, want staging", h["env"])
+	}
+	doc := ts.do(t, "GET", "/v1/openapi.json", "", "")
+	if !bytes.Contains(doc.body, []byte(`"url": "https://staging.example.net/v1"`)) || !bytes.Contains(doc.body, []byte(`"description": "staging"`)) {
+		t.Errorf("the document does not advertise the staging server")
+	}
+}
