@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"slices"
@@ -31,7 +32,9 @@ Usage:
   petstore serve [--db PATH] [--addr HOST:PORT] [--admin-addr HOST:PORT] [--env production|staging]
                 [--public-url URL] [--trust-proxy] [--anon-rpm N] [--max-addrs N]
                 [--ban-threshold N] [--ban-duration D]
-                [--pets-deprecated-at DATE] [--pets-sunset-at DATE]
+                [--pets-deprecated-at DATE] [--pets-sunset-at DATE] [--shutdown-timeout D]
+                [--read-header-timeout D] [--read-timeout D] [--write-timeout D] [--idle-timeout D]
+                [--log-format text|json] [--log-level debug|info|warn|error]
   petstore keys create --plan free|pro|business|enterprise [--name TEXT] [--rpm N --rpd N] [--env ENV] [--json]
   petstore keys list [--json]
   petstore keys revoke ID
@@ -160,6 +163,13 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	cfg.petsSunsetAt = time.Date(2027, 7, 1, 0, 0, 0, 0, time.UTC)
 	fs.Var((*dateFlag)(&cfg.petsDeprecatedAt), "pets-deprecated-at", "when GET /v1/pets/{petId} was deprecated: YYYY-MM-DD (00:00 UTC) or RFC 3339")
 	fs.Var((*dateFlag)(&cfg.petsSunsetAt), "pets-sunset-at", "when GET /v1/pets/{petId} stops working (410): YYYY-MM-DD (00:00 UTC) or RFC 3339")
+	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long requests in flight may take to finish on SIGTERM")
+	fs.DurationVar(&cfg.readHeaderTimeout, "read-header-timeout", 5*time.Second, "how long a client may take to send its request headers")
+	fs.DurationVar(&cfg.readTimeout, "read-timeout", 30*time.Second, "how long a client may take to send a whole request")
+	fs.DurationVar(&cfg.writeTimeout, "write-timeout", 60*time.Second, "how long writing a response may take")
+	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle keep-alive connection stays open")
+	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
+	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	if _, err := parseFlags(fs, args, getenv, stdout, 0); err != nil {
 		return helpIsNoError(err)
 	}
@@ -184,6 +194,10 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return usagef("--ban-threshold must be at least 1, got %d", cfg.banThreshold)
 	case cfg.banDuration < time.Second:
 		return usagef("--ban-duration must be at least 1s, got %v", cfg.banDuration)
+	case cfg.logFormat != "text" && cfg.logFormat != "json":
+		return usagef("--log-format must be text or json, got %q", cfg.logFormat)
+	case cfg.shutdownTimeout < 0 || cfg.readHeaderTimeout <= 0 || cfg.readTimeout <= 0 || cfg.writeTimeout <= 0 || cfg.idleTimeout <= 0:
+		return usagef("the timeouts must be positive")
 	case cfg.petsSunsetAt.Before(cfg.petsDeprecatedAt):
 		return usagef("--pets-sunset-at (%s) must not be before --pets-deprecated-at (%s)",
 			cfg.petsSunsetAt.Format(time.RFC3339), cfg.petsDeprecatedAt.Format(time.RFC3339))

@@ -698,12 +698,14 @@ func upkeep(ctx context.Context, lim *limiter, store *Store, bans <-chan keyBan,
 			return
 		}
 		if err := store.AddDayCounts(ctx, buf); err != nil {
+			m.dbErrors.Inc()
 			lim.returnDayDeltas(buf)
 			logger.Error("write day counts; will retry", "err", err)
 		}
 	}
 	writeBan := func(ctx context.Context, b keyBan) {
 		if err := store.SetKeyBan(ctx, b.id, b.until); err != nil {
+			m.dbErrors.Inc()
 			logger.Error("store ban; it holds in memory until a restart", "key", b.id, "err", err)
 		}
 	}

@@ -69,16 +69,32 @@ type serveConfig struct {
 	banDuration      time.Duration
 	petsDeprecatedAt time.Time
 	petsSunsetAt     time.Time
+
+	shutdownTimeout   time.Duration
+	readHeaderTimeout time.Duration
+	readTimeout       time.Duration
+	writeTimeout      time.Duration
+	idleTimeout       time.Duration
+	logFormat         string
+	logLevel          slog.Level
 }
 
 // serve runs the API server until ctx ends, then shuts it down gracefully.
 func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	logger := newLogger(cfg.logFormat, cfg.logLevel, stderr)
 	store, err := openStore(ctx, cfg.db, true, time.Now)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	defer func() {
+		// Runs last: after the servers drained and the upkeep wrote the
+		// day counts, fold the WAL into the database file.
+		if err := store.Checkpoint(context.WithoutCancel(ctx)); err != nil {
+			logger.Warn("checkpoint on shutdown", "err", err)
+		}
+		store.Close()
+		logger.Info("stopped")
+	}()
 
 	bans := make(chan keyBan, 1024)
 	lim := newLimiter(limiterConfig{
@@ -117,7 +133,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, unwrapOpError(err))
 	}
 	defer ln.Close()
-	servers := []*http.Server{newHTTPServer(newServer(logger, store, keys, lim, metrics, cfg, doc), logger)}
+	servers := []*http.Server{newHTTPServer(newServer(logger, store, keys, lim, metrics, cfg, doc), cfg, logger)}
 	listeners := []net.Listener{ln}
 	if cfg.adminAddr != "" {
 		aln, err := net.Listen("tcp", cfg.adminAddr)
@@ -125,7 +141,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 			return fmt.Errorf("listen on %s (--admin-addr): %w", cfg.adminAddr, unwrapOpError(err))
 		}
 		defer aln.Close()
-		servers = append(servers, newHTTPServer(newAdminServer(store, metrics, cfg), logger))
+		servers = append(servers, newHTTPServer(newAdminServer(store, metrics, cfg), cfg, logger))
 		listeners = append(listeners, aln)
 	}
 	if err := createFirstKey(ctx, store, keys, cfg.env, stderr); err != nil {
@@ -155,30 +171,42 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	logger.Info("shutting down")
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	logger.Info("shutting down", "timeout", cfg.shutdownTimeout)
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
 	defer cancel()
-	var errs []error
 	for _, srv := range servers {
 		if err := srv.Shutdown(shutdownCtx); err != nil {
-			errs = append(errs, fmt.Errorf("shutdown: %w", err))
+			logger.Warn("requests still running at the shutdown timeout; closing their connections", "err", err)
+			srv.Close()
 		}
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // newHTTPServer returns an http.Server for h with timeouts that keep slow
 // or idle clients from holding connections for long.
-func newHTTPServer(h http.Handler, logger *slog.Logger) *http.Server {
+func newHTTPServer(h http.Handler, cfg serveConfig, logger *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      60 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    32 << 10,
+		ReadHeaderTimeout: cfg.readHeaderTimeout,
+		ReadTimeout:       cfg.readTimeout,
+		WriteTimeout:      cfg.writeTimeout,
+		IdleTimeout:       cfg.idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
+}
+
+// maxHeaderBytes bounds a request's header section.
+const maxHeaderBytes = 32 << 10
+
+// newLogger returns the server's logger: format "json" or "text", to w.
+func newLogger(format string, level slog.Level, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
 }
 
 func unwrapOpError(err error) error {
@@ -249,7 +277,7 @@ func newServer(logger *slog.Logger, store *Store, keys *keyring, lim *limiter, m
 	h = limitRequests(lim, keys, cfg.trustProxy, m, h)
 	h = areaHeaders(cfg.petsDeprecation(), h)
 	h = recoverPanics(logger, h)
-	h = logRequests(logger, h)
+	h = logRequests(logger, m, h)
 	h = withRequestID(h) // runs first
 	return h
 }
@@ -351,9 +379,10 @@ func withRequestID(next http.Handler) http.Handler {
 	})
 }
 
-// saneRequestID accepts 1 to 128 characters of letters, digits and "-_.:".
+// saneRequestID accepts 1 to 128 characters of letters, digits and "-_.:",
+// but not what looks like an API key: the id is echoed and logged.
 func saneRequestID(id string) bool {
-	if id == "" || len(id) > 128 {
+	if id == "" || len(id) > 128 || strings.HasPrefix(id, "ps_live_") || strings.HasPrefix(id, "ps_test_") {
 		return false
 	}
 	for i := 0; i < len(id); i++ {
@@ -401,9 +430,9 @@ func recorderFrom(ctx context.Context) *recorder {
 	return rec
 }
 
-// logRequests logs one line per request. It never logs a header, so never
-// a key.
-func logRequests(logger *slog.Logger, next http.Handler) http.Handler {
+// logRequests logs one line per request and counts it in the metrics. It
+// never logs a header or the query, so never a key.
+func logRequests(logger *slog.Logger, m *serverMetrics, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &recorder{ResponseWriter: w}
@@ -427,6 +456,7 @@ func logRequests(logger *slog.Logger, next http.Handler) http.Handler {
 				attrs = append(attrs, slog.String("err", rec.err.Error()))
 			}
 			logger.LogAttrs(r.Context(), level, "request", attrs...)
+			m.observe(rec.pattern, rec.status, time.Since(start), rec.err)
 		}()
 		next.ServeHTTP(rec, r)
 	})

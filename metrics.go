@@ -1,9 +1,15 @@
 package main
 
 import (
+	"errors"
 	"net/http"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
 
 	vm "github.com/VictoriaMetrics/metrics"
+	"modernc.org/sqlite"
 )
 
 // serverMetrics are the server's metrics, served in the Prometheus text
@@ -12,17 +18,30 @@ type serverMetrics struct {
 	set      *vm.Set
 	refusals map[string]*vm.Counter
 	bans     *vm.Counter
+	dbErrors *vm.Counter
+
+	mu     sync.RWMutex
+	routes map[string]*routeMetrics // by route pattern; "" for unrouted requests
+}
+
+// routeMetrics are one route's request counts by status and its latencies.
+type routeMetrics struct {
+	durations *vm.Histogram
+	mu        sync.RWMutex
+	byStatus  map[int]*vm.Counter
 }
 
 func newServerMetrics(lim *limiter) *serverMetrics {
 	set := vm.NewSet()
-	m := &serverMetrics{set: set, refusals: map[string]*vm.Counter{}}
+	m := &serverMetrics{set: set, refusals: map[string]*vm.Counter{}, routes: map[string]*routeMetrics{}}
 	for _, reason := range []string{"rate_limited", "quota_exceeded", "key_banned"} {
 		m.refusals[reason] = set.NewCounter(`petstore_ratelimit_refusals_total{reason="` + reason + `"}`)
 	}
 	m.bans = set.NewCounter("petstore_bans_total")
+	m.dbErrors = set.NewCounter("petstore_db_errors_total")
 	set.NewGauge("petstore_limiter_tracked_keys", func() float64 { return float64(lim.stats().keys) })
 	set.NewGauge("petstore_limiter_tracked_addrs", func() float64 { return float64(lim.stats().addrs) })
+	set.NewGauge(`petstore_build_info{version="`+buildVersion()+`",goversion="`+runtime.Version()+`"}`, func() float64 { return 1 })
 	return m
 }
 
@@ -31,6 +50,68 @@ func (m *serverMetrics) refused(reason string) {
 	if c := m.refusals[reason]; c != nil {
 		c.Inc()
 	}
+}
+
+// observe counts a finished request of route with its status and latency,
+// and a database error if err is one. Routes and statuses are few, so the
+// label sets stay bounded.
+func (m *serverMetrics) observe(route string, status int, d time.Duration, err error) {
+	rm := m.route(route)
+	rm.durations.Update(d.Seconds())
+	rm.status(m.set, route, status).Inc()
+	if err != nil && isDBError(err) {
+		m.dbErrors.Inc()
+	}
+}
+
+func (m *serverMetrics) route(route string) *routeMetrics {
+	m.mu.RLock()
+	rm := m.routes[route]
+	m.mu.RUnlock()
+	if rm != nil {
+		return rm
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rm = m.routes[route]; rm == nil {
+		rm = &routeMetrics{
+			durations: m.set.GetOrCreateHistogram(`petstore_http_request_duration_seconds{route="` + routeLabel(route) + `"}`),
+			byStatus:  map[int]*vm.Counter{},
+		}
+		m.routes[route] = rm
+	}
+	return rm
+}
+
+func (rm *routeMetrics) status(set *vm.Set, route string, status int) *vm.Counter {
+	rm.mu.RLock()
+	c := rm.byStatus[status]
+	rm.mu.RUnlock()
+	if c != nil {
+		return c
+	}
+	rm.mu.Lock()
+	defer rm.mu.Unlock()
+	if c = rm.byStatus[status]; c == nil {
+		c = set.GetOrCreateCounter(`petstore_http_requests_total{route="` + routeLabel(route) + `",status="` + strconv.Itoa(status) + `"}`)
+		rm.byStatus[status] = c
+	}
+	return c
+}
+
+// routeLabel is the label value of a route pattern; requests that matched
+// none (404, 405, 429 before routing) share "unmatched".
+func routeLabel(route string) string {
+	if route == "" {
+		return "unmatched"
+	}
+	return route
+}
+
+// isDBError reports whether err came from the database.
+func isDBError(err error) bool {
+	var se *sqlite.Error
+	return errors.Is(err, errUnavailable) || errors.As(err, &se)
 }
 
 func handleMetrics(m *serverMetrics) http.Handler {

@@ -229,6 +229,15 @@ func (s *Store) Close() error {
 	return errors.Join(s.r.Close(), s.w.Close())
 }
 
+// Checkpoint copies the WAL into the database file and truncates it, so
+// that the file alone is a complete copy.
+func (s *Store) Checkpoint(ctx context.Context) error {
+	if _, err := s.w.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+		return fmt.Errorf("checkpoint: %w", describe(err))
+	}
+	return nil
+}
+
 // Ready reports whether the database answers a query.
 func (s *Store) Ready(ctx context.Context) error {
 	var n int
