@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -253,33 +251,8 @@ func TestKilledServerKeepsAcknowledgedWrites(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "kill.db")
 	key := createKey(t, db, "--plan", "business")
 
-	cmd := exec.Command(os.Args[0], "serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-addr", "")
-	cmd.Env = append(os.Environ(), "PETSTORE_TEST_MAIN=1")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if m := listeningRE.FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
-			}
-		}
-	}()
-	var base string
-	select {
-	case a := <-addr:
-		base = "http://" + a
-	case <-time.After(10 * time.Second):
-		t.Fatal("the server process did not start within 10s")
-	}
-	ts := &testServer{base: base, key: key, client: contractClient(t, nil)}
+	p := startProcess(t, db)
+	ts := &testServer{base: "http://" + p.addr, key: key, client: contractClient(t, nil)}
 
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -300,10 +273,10 @@ func TestKilledServerKeepsAcknowledgedWrites(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	cmd.Wait()
+	p.wait(t, 10*time.Second)
 
 	after := startServerOn(t, db, key)
 	have := map[string]bool{}

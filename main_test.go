@@ -80,9 +80,18 @@ type testServer struct {
 }
 
 var (
-	listeningRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
-	adminRE     = regexp.MustCompile(`msg=listening .*admin_addr=(\S+)`)
+	listeningRE = regexp.MustCompile(`msg=listening addr=(\S+)|"msg":"listening","addr":"([^"]+)"`)
+	adminRE     = regexp.MustCompile(`msg=listening .*admin_addr=(\S+)|"msg":"listening".*"admin_addr":"([^"]+)"`)
 )
+
+// logAddr returns the address that re's first match in log names, or "".
+func logAddr(re *regexp.Regexp, log string) string {
+	m := re.FindStringSubmatch(log)
+	if m == nil {
+		return ""
+	}
+	return m[1] + m[2]
+}
 
 // startServer runs "petstore serve" through run on a random loopback port
 // with a temp database (or args' --db) and a business key, and waits until
@@ -125,10 +134,10 @@ func startServerOn(t *testing.T, db, key string, args ...string) *testServer {
 	})
 	deadline := time.Now().Add(10 * time.Second)
 	for ts.base == "" {
-		if m := listeningRE.FindStringSubmatch(stderr.String()); m != nil {
-			ts.base = "http://" + m[1]
-			if m := adminRE.FindStringSubmatch(stderr.String()); m != nil {
-				ts.admin = "http://" + m[1]
+		if addr := logAddr(listeningRE, stderr.String()); addr != "" {
+			ts.base = "http://" + addr
+			if admin := logAddr(adminRE, stderr.String()); admin != "" {
+				ts.admin = "http://" + admin
 			}
 			break
 		}

@@ -1,0 +1,280 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// serverProcess is the real program running in a process of its own.
+type serverProcess struct {
+	cmd    *exec.Cmd
+	addr   string
+	stderr *syncBuffer
+	exited chan error
+}
+
+// startProcess runs "petstore serve" in a new process (this test binary,
+// which TestMain turns into main) and waits until it listens.
+func startProcess(t *testing.T, db string, args ...string) *serverProcess {
+	t.Helper()
+	all := append([]string{"serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-addr", "off"}, args...)
+	cmd := exec.Command(os.Args[0], all...)
+	cmd.Env = append(os.Environ(), "PETSTORE_TEST_MAIN=1")
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &serverProcess{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			fmt.Fprintln(p.stderr, sc.Text())
+			if a := logAddr(listeningRE, sc.Text()); a != "" {
+				addr <- a
+			}
+		}
+		p.exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("server process log:\n%s", p.stderr.String())
+		}
+	})
+	select {
+	case p.addr = <-addr:
+	case err := <-p.exited:
+		t.Fatalf("the server process exited: %v\n%s", err, p.stderr.String())
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the server process did not start within 10s:\n%s", p.stderr.String())
+	}
+	return p
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *serverProcess) wait(t *testing.T, within time.Duration) int {
+	t.Helper()
+	select {
+	case err := <-p.exited:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(within):
+		t.Fatalf("the server process did not exit within %v", within)
+		return -1
+	}
+}
+
+func TestSIGTERMFinishesRequestsAndFlushes(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "term.db")
+	key := createKey(t, db, "--plan", "enterprise", "--rpm", "1000", "--rpd", "1000")
+	p := startProcess(t, db)
+	ts := &testServer{base: "http://" + p.addr, key: key, client: contractClient(t, nil)}
+	for range 5 {
+		if r := ts.do(t, "GET", "/v1/categories", key, ""); r.status != 200 {
+			t.Fatalf("status %d", r.status)
+		}
+	}
+
+	// A create whose body is not sent yet when the signal comes. With
+	// "Expect: 100-continue" the server says when its handler waits for
+	// the body, so the request is surely in flight.
+	conn, err := net.Dial("tcp", p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"name":"in flight"}`
+	fmt.Fprintf(conn, "POST /v1/categories HTTP/1.1\r\nHost: petstore\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", key, len(body))
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(conn)
+	if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, "100 Continue") {
+		t.Fatalf("want 100 Continue, got %q, %v", line, err)
+	}
+	br.ReadString('\n') // the blank line after it
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// Once the listener is closed, the server is shutting down.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c, err := net.Dial("tcp", p.addr)
+		if err != nil {
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("the server still accepts connections 5s after SIGTERM")
+		}
+	}
+	io.WriteString(conn, body)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("the request in flight got no response: %v", err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 201 || !strings.Contains(string(got), `"in flight"`) {
+		t.Fatalf("the request in flight got %d %s, want 201", resp.StatusCode, got)
+	}
+	if code := p.wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM, want 0", code)
+	}
+	if !strings.Contains(p.stderr.String(), "msg=stopped") {
+		t.Errorf("no 'stopped' line in the log")
+	}
+
+	if st, err := os.Stat(db + "-wal"); err == nil && st.Size() > 0 {
+		t.Errorf("the WAL holds %d bytes after shutdown, want it checkpointed", st.Size())
+	}
+	s, err := openStore(context.Background(), db, false, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	counts, err := s.DayCounts(context.Background(), time.Now().UTC().Format(time.DateOnly))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts[1] != 6 {
+		t.Errorf("stored day count = %d after shutdown, want 6 (5 lists and the create)", counts[1])
+	}
+	var names []string
+	s.EachCategory(context.Background(), func(c Category) error { names = append(names, c.Name); return nil })
+	if len(names) != 1 || names[0] != "in flight" {
+		t.Errorf("categories after shutdown: %q", names)
+	}
+}
+
+func TestSlowHeadersAreCutOff(t *testing.T) {
+	ts := startServer(t, "--read-header-timeout", "500ms")
+	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	io.WriteString(conn, "GET /v1/categories HTTP/1.1\r\nHost: petstore\r\n")
+	closed := make(chan time.Duration, 1)
+	go func() {
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		io.Copy(io.Discard, conn) // returns when the server closes the connection
+		closed <- time.Since(start)
+	}()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		select {
+		case d := <-closed:
+			if d > 5*time.Second {
+				t.Fatalf("a client trickling its headers was cut off only after %v", d)
+			}
+			return
+		case <-tick.C:
+			// One header line every 100 ms, never the blank line that ends them.
+			fmt.Fprintf(conn, "X-Trickle-%d: x\r\n", i)
+			if i%3 == 0 {
+				if r := ts.do(t, "GET", "/v1/categories", ts.key, ""); r.status != 200 {
+					t.Errorf("a normal client during the trickle: %d", r.status)
+				}
+			}
+			if time.Since(start) > 10*time.Second {
+				t.Fatal("the trickling connection is still open after 10s")
+			}
+		}
+	}
+}
+
+func TestMetricsCountRequests(t *testing.T) {
+	ts := startServer(t)
+	for range 3 {
+		ts.do(t, "GET", "/v1/categories", ts.key, "")
+	}
+	ts.do(t, "GET", "/v1/categories", "", "")
+	ts.do(t, "GET", "/v1/nowhere", "", "")
+	ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"x"}`)
+	metrics := ts.get(t, ts.admin+"/metrics")
+	for _, want := range []string{
+		`petstore_http_requests_total{route="GET /v1/categories",status="200"} 3`,
+		`petstore_http_requests_total{route="GET /v1/categories",status="401"} 1`,
+		`petstore_http_requests_total{route="POST /v1/categories",status="201"} 1`,
+		`petstore_http_requests_total{route="unmatched",status="404"} 1`,
+		`petstore_http_request_duration_seconds_count{route="GET /v1/categories"} 4`,
+		`petstore_db_errors_total 0`,
+		`petstore_build_info{version="`,
+		`process_resident_memory_bytes`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if r := ts.do(t, "GET", "/metrics", "", ""); r.status != 404 {
+		t.Errorf("/metrics on the public listener: %d, want 404", r.status)
+	}
+}
+
+func TestLogsNeverContainKeys(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "logs.db")
+	key := createKey(t, db, "--plan", "pro")
+	revoked := createKey(t, db, "--plan", "free")
+	staging := createKey(t, db, "--plan", "free", "--env", "staging")
+	if _, _, err := runCLI(t, nil, "keys", "revoke", "2", "--db", db); err != nil {
+		t.Fatal(err)
+	}
+	ts := startServerOn(t, db, key, "--log-format", "json", "--log-level", "debug")
+	invalid := "ps_live_" + strings.Repeat("Q", 40)
+	for _, k := range []string{key, revoked, staging, invalid, key + "x"} {
+		ts.do(t, "GET", "/v1/categories", k, "")
+		ts.do(t, "POST", "/v1/categories", k, `{"name":"`+k+`"}`)
+		ts.do(t, "GET", "/v1/"+k, k, "")
+		ts.do(t, "GET", "/v1/categories?api_key="+k, "", "", "X-Request-Id", k)
+	}
+	ts.stop()
+	logs := ts.stderr.String()
+	for _, k := range []string{key, revoked, staging, invalid} {
+		if strings.Contains(logs, k[len("ps_live_"):]) {
+			t.Errorf("the log contains key %s...", k[:12])
+		}
+	}
+	// Every request line is JSON with the fields an operator needs.
+	lines := 0
+	for _, line := range strings.Split(strings.TrimSpace(logs), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line is not JSON: %s", line)
+		}
+		if rec["msg"] != "request" {
+			continue
+		}
+		lines++
+		for _, f := range []string{"method", "route", "status", "duration", "bytes", "key", "request_id", "remote"} {
+			if _, ok := rec[f]; !ok {
+				t.Errorf("request log line lacks %q: %s", f, line)
+			}
+		}
+	}
+	if lines < 20 {
+		t.Errorf("%d request lines logged, want one per request (20)", lines)
+	}
+}
