@@ -32,7 +32,7 @@ Usage:
   petstore serve [--db PATH] [--addr HOST:PORT] [--admin-addr HOST:PORT] [--env production|staging]
                 [--public-url URL] [--trust-proxy] [--anon-rpm N] [--max-addrs N]
                 [--ban-threshold N] [--ban-duration D]
-                [--pets-deprecated-at DATE] [--pets-sunset-at DATE] [--shutdown-timeout D]
+                [--pets-deprecated-at DATE] [--pets-sunset-at DATE] [--busy-timeout D] [--shutdown-timeout D]
                 [--read-header-timeout D] [--read-timeout D] [--write-timeout D] [--idle-timeout D]
                 [--log-format text|json] [--log-level debug|info|warn|error]
   petstore keys create --plan free|pro|business|enterprise [--name TEXT] [--rpm N --rpd N] [--env ENV] [--json]
@@ -163,6 +163,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	cfg.petsSunsetAt = time.Date(2027, 7, 1, 0, 0, 0, 0, time.UTC)
 	fs.Var((*dateFlag)(&cfg.petsDeprecatedAt), "pets-deprecated-at", "when GET /v1/pets/{petId} was deprecated: YYYY-MM-DD (00:00 UTC) or RFC 3339")
 	fs.Var((*dateFlag)(&cfg.petsSunsetAt), "pets-sunset-at", "when GET /v1/pets/{petId} stops working (410): YYYY-MM-DD (00:00 UTC) or RFC 3339")
+	fs.DurationVar(&cfg.busyTimeout, "busy-timeout", defaultBusyTimeout, "how long a write waits for a database locked by another process before it answers 503")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long requests in flight may take to finish on SIGTERM")
 	fs.DurationVar(&cfg.readHeaderTimeout, "read-header-timeout", 5*time.Second, "how long a client may take to send its request headers")
 	fs.DurationVar(&cfg.readTimeout, "read-timeout", 30*time.Second, "how long a client may take to send a whole request")
@@ -196,7 +197,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return usagef("--ban-duration must be at least 1s, got %v", cfg.banDuration)
 	case cfg.logFormat != "text" && cfg.logFormat != "json":
 		return usagef("--log-format must be text or json, got %q", cfg.logFormat)
-	case cfg.shutdownTimeout < 0 || cfg.readHeaderTimeout <= 0 || cfg.readTimeout <= 0 || cfg.writeTimeout <= 0 || cfg.idleTimeout <= 0:
+	case cfg.shutdownTimeout < 0 || cfg.busyTimeout < time.Millisecond || cfg.readHeaderTimeout <= 0 || cfg.readTimeout <= 0 || cfg.writeTimeout <= 0 || cfg.idleTimeout <= 0:
 		return usagef("the timeouts must be positive")
 	case cfg.petsSunsetAt.Before(cfg.petsDeprecatedAt):
 		return usagef("--pets-sunset-at (%s) must not be before --pets-deprecated-at (%s)",
@@ -239,7 +240,7 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	if _, err := parseFlags(fs, args, getenv, stdout, 0); err != nil {
 		return helpIsNoError(err)
 	}
-	store, err := openStore(ctx, *db, true, time.Now)
+	store, err := openStore(ctx, *db, true, time.Now, defaultBusyTimeout)
 	if err != nil {
 		return err
 	}
@@ -258,7 +259,7 @@ func runBackup(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return helpIsNoError(err)
 	}
-	store, err := openStore(ctx, *db, false, time.Now)
+	store, err := openStore(ctx, *db, false, time.Now, defaultBusyTimeout)
 	if err != nil {
 		return err
 	}
@@ -328,7 +329,7 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 
 // withStore runs do on the migrated database at path, then closes it.
 func withStore(ctx context.Context, path string, do func(*Store) error) error {
-	store, err := openStore(ctx, path, true, time.Now)
+	store, err := openStore(ctx, path, true, time.Now, defaultBusyTimeout)
 	if err != nil {
 		return err
 	}

@@ -30,7 +30,8 @@ func errorf(status int, code, format string, args ...any) *apiError {
 // maxBodyBytes bounds every request body.
 const maxBodyBytes = 64 << 10
 
-// retryAfterUnavailable is the Retry-After of a 503: the busy timeout is 5 s.
+// retryAfterUnavailable is the Retry-After of a 503: a lock or a full disk
+// rarely clears within a second.
 const retryAfterUnavailable = "5"
 
 // writeJSON writes v as the JSON body of a response with the given status.
@@ -140,6 +141,9 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 	case !utf8.Valid(body):
 		return errorf(http.StatusBadRequest, "invalid_json", "the request body is not valid UTF-8")
 	}
+	if err := checkJSONShape(body); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
@@ -149,6 +153,62 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 		return errorf(http.StatusBadRequest, "invalid_json", "the request body has data after the JSON object")
 	}
 	return nil
+}
+
+// maxJSONDepth bounds the nesting of a request body: the API's objects are
+// flat, so anything deeper is a mistake or an attack.
+const maxJSONDepth = 32
+
+// checkJSONShape refuses what encoding/json would let through silently: a
+// key given twice in one object (it keeps the last) and nesting deeper than
+// maxJSONDepth. Syntax errors are left to the decoder, which names them.
+func checkJSONShape(body []byte) *apiError {
+	type frame struct {
+		keys           map[string]bool
+		isObj, wantKey bool
+	}
+	var stack []frame
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber() // a huge number is the decoder's to judge, not a reason to stop here
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		top := len(stack) - 1
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			if len(stack) == maxJSONDepth {
+				return errorf(http.StatusBadRequest, "invalid_json", "the JSON is nested deeper than %d levels", maxJSONDepth)
+			}
+			isObj := tok == json.Delim('{')
+			stack = append(stack, frame{isObj: isObj, wantKey: isObj})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:top]
+			top--
+		default:
+			if top >= 0 && stack[top].wantKey {
+				key, _ := tok.(string)
+				if stack[top].keys[key] {
+					return errorf(http.StatusBadRequest, "invalid_json", "the key %q appears twice in one object", key)
+				}
+				if stack[top].keys == nil {
+					stack[top].keys = map[string]bool{}
+				}
+				stack[top].keys[key] = true
+				stack[top].wantKey = false
+				continue
+			}
+		}
+		// A value ended: its object, if any, wants a key next.
+		if top < 0 {
+			return nil
+		}
+		if stack[top].isObj {
+			stack[top].wantKey = true
+		}
+	}
 }
 
 // jsonError turns an error of encoding/json into a client's error.

@@ -56,3 +56,33 @@ func TestRecoverPanics(t *testing.T) {
 		t.Errorf("panic answered %d %s, want a 500 Error", w.Code, w.Body.String())
 	}
 }
+
+func TestCheckJSONShape(t *testing.T) {
+	tests := []struct {
+		body, wantErr string
+	}{
+		{`{"name":"a"}`, ""},
+		{`{"name":"a","description":"b"}`, ""},
+		{`{"a":{"x":1},"b":{"x":2}}`, ""}, // the same key in different objects
+		{`{"a":[{"x":1},{"x":2}]}`, ""},
+		{`{"a":"a","b":"a"}`, ""}, // equal values are not keys
+		{`{"name":"a","name":"b"}`, "twice"},
+		{`{"name":"a","n\u0061me":"b"}`, "twice"}, // escapes name the same key
+		{`{"a":{"x":1,"x":2}}`, "twice"},
+		{`{"a":[{"x":1,"x":2}]}`, "twice"},
+		{`{"a":` + strings.Repeat("[", 31) + strings.Repeat("]", 31) + `}`, ""},
+		{`{"a":` + strings.Repeat("[", 32) + strings.Repeat("]", 32) + `}`, "nested"},
+		{`{"a":` + strings.Repeat("[", 100000), "nested"},
+		{`{"a":1e400}`, ""},
+		{`{"a":`, ""}, // syntax errors are the decoder's
+	}
+	for _, tt := range tests {
+		err := checkJSONShape([]byte(tt.body))
+		switch {
+		case tt.wantErr == "" && err != nil:
+			t.Errorf("checkJSONShape(%.40q) = %v, want nil", tt.body, err)
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Message, tt.wantErr) || err.Code != "invalid_json"):
+			t.Errorf("checkJSONShape(%.40q) = %v, want an invalid_json error with %q", tt.body, err, tt.wantErr)
+		}
+	}
+}

@@ -70,6 +70,7 @@ type serveConfig struct {
 	petsDeprecatedAt time.Time
 	petsSunsetAt     time.Time
 
+	busyTimeout       time.Duration
 	shutdownTimeout   time.Duration
 	readHeaderTimeout time.Duration
 	readTimeout       time.Duration
@@ -82,7 +83,7 @@ type serveConfig struct {
 // serve runs the API server until ctx ends, then shuts it down gracefully.
 func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	logger := newLogger(cfg.logFormat, cfg.logLevel, stderr)
-	store, err := openStore(ctx, cfg.db, true, time.Now)
+	store, err := openStore(ctx, cfg.db, true, time.Now, cfg.busyTimeout)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,12 +44,16 @@ type Store struct {
 // sqliteHeader starts every SQLite 3 database file.
 const sqliteHeader = "SQLite format 3\x00"
 
+// defaultBusyTimeout is how long a statement waits for a lock another
+// connection or process holds before it fails (and the client gets a 503).
+const defaultBusyTimeout = 5 * time.Second
+
 // dsn returns the connection string for path. synchronous=FULL makes every
 // commit fsync the WAL before it returns, so an acknowledged write survives a
 // killed process and a power loss alike.
-func dsn(path string, readOnly bool) string {
-	q := "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(ON)" +
-		"&_pragma=synchronous(FULL)&_txlock=immediate"
+func dsn(path string, readOnly bool, busy time.Duration) string {
+	q := "?_pragma=busy_timeout(" + strconv.FormatInt(busy.Milliseconds(), 10) + ")" +
+		"&_pragma=journal_mode(WAL)&_pragma=foreign_keys(ON)&_pragma=synchronous(FULL)&_txlock=immediate"
 	if readOnly {
 		q += "&_pragma=query_only(ON)"
 	}
@@ -114,16 +119,16 @@ func unwrapPathError(err error) error {
 // file and applies pending migrations, refusing a database whose schema is
 // newer than this binary knows; without, the file must exist and its schema
 // is taken as it is (backup copies any version).
-func openStore(ctx context.Context, path string, migrateUp bool, now func() time.Time) (*Store, error) {
+func openStore(ctx context.Context, path string, migrateUp bool, now func() time.Time, busy time.Duration) (*Store, error) {
 	if err := checkDatabaseFile(path, migrateUp); err != nil {
 		return nil, err
 	}
 	if migrateUp {
-		if err := migrateDatabase(path); err != nil {
+		if err := migrateDatabase(path, busy); err != nil {
 			return nil, err
 		}
 	}
-	w, err := sql.Open("sqlite", dsn(path, false))
+	w, err := sql.Open("sqlite", dsn(path, false, busy))
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
@@ -140,7 +145,7 @@ func openStore(ctx context.Context, path string, migrateUp bool, now func() time
 		w.Close()
 		return nil, fmt.Errorf("open database %s: journal_mode is %q, want wal", path, mode)
 	}
-	r, err := sql.Open("sqlite", dsn(path, true))
+	r, err := sql.Open("sqlite", dsn(path, true, busy))
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("open database: %w", err)
@@ -155,8 +160,8 @@ func openStore(ctx context.Context, path string, migrateUp bool, now func() time
 // migrateDatabase applies the embedded migrations that the database lacks.
 // It fails without changing anything when the database is dirty or ahead of
 // the migrations this binary embeds.
-func migrateDatabase(path string) error {
-	db, err := sql.Open("sqlite", dsn(path, false))
+func migrateDatabase(path string, busy time.Duration) error {
+	db, err := sql.Open("sqlite", dsn(path, false, busy))
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
 	}
