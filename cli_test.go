@@ -226,7 +226,7 @@ func TestRefusesNewerSchema(t *testing.T) {
 	if _, _, err := runCLI(t, nil, "migrate", "--db", db); err != nil {
 		t.Fatal(err)
 	}
-	s, err := openStore(context.Background(), db, false, time.Now)
+	s, err := openStore(context.Background(), db, false, time.Now, defaultBusyTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}

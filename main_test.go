@@ -24,6 +24,9 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
+	if path := os.Getenv("PETSTORE_TEST_LOCK"); path != "" {
+		lockDatabase(path)
+	}
 	os.Exit(m.Run())
 }
 
@@ -384,6 +387,8 @@ func TestAuthentication(t *testing.T) {
 		{"one character changed", "Bearer " + ts.key[:len(ts.key)-1] + flip(ts.key[len(ts.key)-1]), 401},
 		{"upper-cased key", "Bearer " + strings.ToUpper(ts.key), 401},
 		{"key with suffix", "Bearer " + ts.key + "x", 401},
+		{"key with a no-break space", "Bearer " + ts.key + "\u00a0", 401},
+		{"key with a leading space", "Bearer  " + ts.key, 401},
 		{"truncated key", "Bearer " + ts.key[:len(ts.key)-1], 401},
 		{"staging key on production", "Bearer " + staging, 401},
 		{"revoked key", "Bearer " + revoked, 401},
@@ -731,14 +736,14 @@ func TestSchemaMatchesMigrations(t *testing.T) {
 	if _, _, err := runCLI(t, nil, "migrate", "--db", db); err != nil {
 		t.Fatal(err)
 	}
-	migrated, err := openStore(context.Background(), db, false, time.Now)
+	migrated, err := openStore(context.Background(), db, false, time.Now, defaultBusyTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer migrated.Close()
 	fromMigrations := schemaOf(t, migrated)
 
-	ref, err := openStore(context.Background(), filepath.Join(t.TempDir(), "ref.db"), true, time.Now)
+	ref, err := openStore(context.Background(), filepath.Join(t.TempDir(), "ref.db"), true, time.Now, defaultBusyTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -92,7 +92,7 @@ func TestPetNeedsCategoryInTheDatabase(t *testing.T) {
 	// The foreign key refuses an orphan pet even when the handler is
 	// bypassed.
 	db := filepath.Join(t.TempDir(), "fk.db")
-	s, err := openStore(context.Background(), db, true, time.Now)
+	s, err := openStore(context.Background(), db, true, time.Now, defaultBusyTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}

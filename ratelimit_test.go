@@ -150,7 +150,7 @@ func TestDayQuotaSurvivesRestart(t *testing.T) {
 	}
 	// The count reaches the database within a second, without a shutdown.
 	usage := func() int64 {
-		s, err := openStore(context.Background(), ts.db, false, time.Now)
+		s, err := openStore(context.Background(), ts.db, false, time.Now, defaultBusyTimeout)
 		if err != nil {
 			t.Fatal(err)
 		}

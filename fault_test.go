@@ -1,0 +1,284 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// lockDatabase is what this test binary does when TestMain finds
+// PETSTORE_TEST_LOCK: it takes the write lock of that database, says
+// "locked" on stdout, and holds the lock until stdin closes.
+func lockDatabase(path string) {
+	db, err := sql.Open("sqlite", dsn(path, false, time.Second))
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	tx, err := db.Begin() // _txlock=immediate: takes the write lock now
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	fmt.Println("locked")
+	io.Copy(io.Discard, os.Stdin)
+	tx.Rollback()
+	os.Exit(0)
+}
+
+// mountSmallDisk mounts a tmpfs of the given size (e.g. "2m") in a temp
+// directory, so that a test can fill it, or make it read-only, for real.
+func mountSmallDisk(t *testing.T, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a small filesystem needs root (CI runs as root)")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+	return dir
+}
+
+// fillDisk writes a file into dir until the filesystem is full and returns
+// its path.
+func fillDisk(t *testing.T, dir string) string {
+	t.Helper()
+	filler := filepath.Join(dir, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 4096)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("filling the disk: %v", err)
+			}
+			return filler
+		}
+	}
+}
+
+func TestFullDiskGives503(t *testing.T) {
+	dir := mountSmallDisk(t, "4m")
+	db := filepath.Join(dir, "petstore.db")
+	key := createKey(t, db, "--plan", "enterprise", "--rpm", "100000", "--rpd", "1000000")
+	ts := startServerOn(t, db, key)
+	var acked []string
+	create := func(i int) response {
+		name := fmt.Sprintf("c%03d", i)
+		r := ts.do(t, "POST", "/v1/categories", key, fmt.Sprintf(`{"name":%q,"description":%q}`, name, strings.Repeat("d", 1000)))
+		if r.status == 201 {
+			acked = append(acked, name)
+		}
+		return r
+	}
+	for i := range 5 {
+		if r := create(i); r.status != 201 {
+			t.Fatalf("create before the disk is full: %d %s", r.status, r.body)
+		}
+	}
+	filler := fillDisk(t, dir)
+
+	// The WAL may still have room for a few rows; then the disk is full.
+	var full response
+	for i := 5; i < 500; i++ {
+		r := create(i)
+		if r.status == 201 {
+			continue
+		}
+		full = r
+		break
+	}
+	wantError(t, full, 503, "unavailable")
+	if full.header.Get("Retry-After") == "" {
+		t.Errorf("503 without Retry-After")
+	}
+	wantError(t, create(1000), 503, "unavailable")
+
+	list := decode[[]Category](t, ts.do(t, "GET", "/v1/categories", key, ""))
+	if len(list) != len(acked) {
+		t.Errorf("reads on a full disk: %d categories, want the %d acknowledged", len(list), len(acked))
+	}
+	if r := ts.do(t, "GET", "/readyz", "", ""); r.status != 200 {
+		t.Errorf("/readyz on a full disk: %d", r.status)
+	}
+
+	os.Remove(filler)
+	if r := create(2000); r.status != 201 {
+		t.Fatalf("create after space returned: %d %s", r.status, r.body)
+	}
+	ts.stop()
+	ts = startServerOn(t, db, key)
+	have := map[string]bool{}
+	for _, c := range decode[[]Category](t, ts.do(t, "GET", "/v1/categories", key, "")) {
+		have[c.Name] = true
+	}
+	for _, name := range acked {
+		if !have[name] {
+			t.Errorf("acknowledged %s is gone", name)
+		}
+	}
+	t.Logf("%d creates acknowledged around a full disk, all kept", len(acked))
+}
+
+// TestReadOnlyStorage covers a database that cannot be written: on a
+// read-only filesystem the server refuses to start (one line, exit 1); a
+// SQLite read-only or I/O error while it runs, as when the kernel remounts
+// a failing disk read-only, becomes 503 unavailable. (A tmpfs in use cannot
+// be remounted read-only, so the second half takes a real read-only error
+// from SQLite and checks how the store describes it.)
+func TestReadOnlyStorage(t *testing.T) {
+	dir := mountSmallDisk(t, "8m")
+	db := filepath.Join(dir, "petstore.db")
+	createKey(t, db, "--plan", "business")
+	if out, err := exec.Command("mount", "-o", "remount,ro", dir).CombinedOutput(); err != nil {
+		t.Fatalf("remount ro: %v %s", err, out)
+	}
+	_, _, err := runCLI(t, nil, "serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-addr", "off")
+	var msg strings.Builder
+	if code := exitCode(err, &msg); code != 1 || !strings.Contains(msg.String(), "read-only file system") {
+		t.Errorf("serve on a read-only filesystem: exit %d, %q", code, msg.String())
+	}
+
+	rw, err := openStore(context.Background(), filepath.Join(t.TempDir(), "src.db"), true, time.Now, defaultBusyTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw.Close()
+	ro, err := sql.Open("sqlite", "file:"+rw.path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	_, err = ro.Exec("INSERT INTO categories (name, fold) VALUES ('x', 'x')")
+	if err == nil {
+		t.Fatal("an insert through a read-only connection succeeded")
+	}
+	if !errors.Is(describe(err), errUnavailable) {
+		t.Errorf("describe(%v) is not errUnavailable, so the client would get a 500", err)
+	}
+}
+
+func TestLockedDatabaseGives503(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "locked.db")
+	key := createKey(t, db, "--plan", "business")
+	ts := startServerOn(t, db, key, "--busy-timeout", "300ms")
+	if r := ts.do(t, "POST", "/v1/categories", key, `{"name":"before"}`); r.status != 201 {
+		t.Fatalf("create: %d", r.status)
+	}
+
+	locker := exec.Command(os.Args[0])
+	locker.Env = append(os.Environ(), "PETSTORE_TEST_LOCK="+db)
+	stdin, _ := locker.StdinPipe()
+	stdout, _ := locker.StdoutPipe()
+	if err := locker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Process.Kill()
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	if line != "locked\n" {
+		t.Fatalf("the locking process said %q", line)
+	}
+
+	r := ts.do(t, "POST", "/v1/categories", key, `{"name":"during"}`)
+	wantError(t, r, 503, "unavailable")
+	if r.header.Get("Retry-After") == "" {
+		t.Errorf("503 without Retry-After")
+	}
+	if r := ts.do(t, "GET", "/v1/categories", key, ""); r.status != 200 {
+		t.Errorf("read while another process holds the write lock: %d", r.status)
+	}
+	stdin.Close()
+	locker.Wait()
+	if r := ts.do(t, "POST", "/v1/categories", key, `{"name":"after"}`); r.status != 201 {
+		t.Errorf("create after the lock was released: %d %s", r.status, r.body)
+	}
+}
+
+// TestIdleConnectionsDoNotStarveClients holds 1,000 idle connections, half
+// of them never sending a byte and half after one request, and checks that
+// normal clients are still served.
+func TestIdleConnectionsDoNotStarveClients(t *testing.T) {
+	ts := startServer(t)
+	addr := strings.TrimPrefix(ts.base, "http://")
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := range 1000 {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		conns = append(conns, c)
+		if i%2 == 1 {
+			fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: petstore\r\n\r\n")
+		}
+	}
+	for i, c := range conns {
+		if i%2 == 1 {
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+				t.Fatalf("keep-alive connection %d got no answer: %v", i, err)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 20 {
+		if ctx.Err() != nil {
+			t.Fatal("normal requests did not finish within 10s")
+		}
+		if r := ts.do(t, "POST", "/v1/categories", ts.key, fmt.Sprintf(`{"name":"busy-%d"}`, i)); r.status != 201 {
+			t.Fatalf("request %d beside 1,000 idle connections: %d", i, r.status)
+		}
+	}
+}
+
+// TestRevokedAndBannedKeysNeverSucceed tries every operation with a revoked
+// and with a banned key.
+func TestRevokedAndBannedKeysNeverSucceed(t *testing.T) {
+	ts := startServer(t, "--ban-threshold", "1")
+	revoked := createKey(t, ts.db, "--plan", "business")
+	banned := createKey(t, ts.db, "--plan", "enterprise", "--rpm", "1", "--rpd", "1000")
+	waitStatus(t, ts, banned, 200)
+	ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"Dog"}`)
+	ts.do(t, "POST", "/v1/pets", ts.key, `{"name":"Rex","categoryId":1}`)
+	if _, _, err := runCLI(t, nil, "keys", "revoke", "2", "--db", ts.db); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, ts, revoked, 401)
+	wantError(t, ts.do(t, "GET", "/v1/categories", banned, ""), 429, "rate_limited")
+	wantError(t, ts.do(t, "GET", "/v1/categories", banned, ""), 429, "key_banned")
+
+	ops := []struct{ method, path, body string }{
+		{"GET", "/v1/categories", ""},
+		{"POST", "/v1/categories", `{"name":"x"}`},
+		{"GET", "/v1/pets", ""},
+		{"POST", "/v1/pets", `{"name":"x","categoryId":1}`},
+		{"GET", "/v1/pets/1", ""},
+		{"GET", "/v1/store/orders", ""},
+		{"POST", "/v1/store/orders", `{"petId":1,"quantity":1}`},
+	}
+	for _, op := range ops {
+		wantError(t, ts.do(t, op.method, op.path, revoked, op.body), 401, "unauthorized")
+		wantError(t, ts.do(t, op.method, op.path, banned, op.body), 429, "key_banned")
+	}
+}
