@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -281,4 +283,63 @@ func TestRevokedAndBannedKeysNeverSucceed(t *testing.T) {
 		wantError(t, ts.do(t, op.method, op.path, revoked, op.body), 401, "unauthorized")
 		wantError(t, ts.do(t, op.method, op.path, banned, op.body), 429, "key_banned")
 	}
+}
+
+// TestInvalidKeyFloodMemory sends 100,000 requests with distinct invalid
+// keys to the program in its own process and measures its resident memory
+// before and after: invalid keys must leave no state behind.
+func TestInvalidKeyFloodMemory(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "flood.db")
+	key := createKey(t, db, "--plan", "business")
+	p := startProcess(t, db, "--anon-rpm", "100000000")
+	ts := &testServer{base: "http://" + p.addr, key: key, client: contractClient(t, nil)}
+	send := func(from, to int) {
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Go(func() {
+				for i := from + w; i < to; i += 4 {
+					req, _ := http.NewRequest("GET", ts.base+"/v1/categories", nil)
+					req.Header.Set("Authorization", fmt.Sprintf("Bearer ps_live_%040d", i))
+					resp, err := ts.client.Do(req)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					resp.Body.Close()
+					if resp.StatusCode != 401 {
+						t.Errorf("invalid key %d: %d", i, resp.StatusCode)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	send(0, 5_000) // warm up: pools, buffers, the heap's steady size
+	before := processMemory(t, p.cmd.Process.Pid, "VmRSS")
+	send(5_000, 105_000)
+	after := processMemory(t, p.cmd.Process.Pid, "VmRSS")
+	peak := processMemory(t, p.cmd.Process.Pid, "VmHWM")
+	t.Logf("100,000 distinct invalid keys: RSS %d KiB before, %d KiB after, peak %d KiB", before, after, peak)
+	if after-before > 32<<10 {
+		t.Errorf("RSS grew by %d KiB over 100,000 invalid keys, want it bounded (under 32 MiB)", after-before)
+	}
+}
+
+// processMemory reads a field (in KiB) of /proc/PID/status.
+func processMemory(t *testing.T, pid int, field string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			var kib int64
+			fmt.Sscanf(strings.TrimSpace(v), "%d", &kib)
+			return kib
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
 }
