@@ -1,9 +1,15 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
+	"hash/fnv"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 
@@ -88,8 +94,138 @@ func handleCategoryCreate(store *Store) http.Handler {
 	})
 }
 
-func handleCategoryList(store *Store) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSONArray(w, r, func(fn func(Category) error) error { return store.EachCategory(r.Context(), fn) })
+// maxPageSize bounds ?limit= of a category list page.
+const maxPageSize = 1000
+
+// maxCachedList is the largest list, serialized, that is kept in memory;
+// a larger one is streamed from the database every time.
+const maxCachedList = 1 << 20
+
+// listSnapshot is a serialized category list of one generation.
+type listSnapshot struct {
+	gen  uint64
+	body []byte
+	etag string
+}
+
+// categoryLists serves GET /v1/categories: the full list from a serialized
+// copy that any write invalidates (answering If-None-Match with 304), or
+// streamed when it is too large to keep; or one page of it.
+type categoryLists struct {
+	store     *Store
+	publicURL string
+	cached    atomic.Pointer[listSnapshot]
+}
+
+func handleCategoryList(store *Store, publicURL string) http.Handler {
+	return &categoryLists{store: store, publicURL: publicURL}
+}
+
+func (l *categoryLists) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if q.Has("limit") || q.Has("after_id") {
+		l.servePage(w, r, q)
+		return
+	}
+	gen := l.store.CategoriesGen()
+	snap := l.cached.Load()
+	if snap == nil || snap.gen != gen {
+		snap = l.snapshot(r, gen)
+	}
+	if snap == nil { // too large to keep, or the database failed: stream
+		writeJSONArray(w, r, func(fn func(Category) error) error { return l.store.EachCategory(r.Context(), fn) })
+		return
+	}
+	h := w.Header()
+	h.Set("ETag", snap.etag)
+	if etagMatches(r.Header.Get("If-None-Match"), snap.etag) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(snap.body)))
+	w.WriteHeader(http.StatusOK)
+	w.Write(snap.body)
+}
+
+// errTooLarge stops reading a list that will not be cached.
+var errTooLarge = errors.New("list too large to cache")
+
+// snapshot reads and serializes the whole list of generation gen and keeps
+// it, unless it is larger than maxCachedList or a write came in meanwhile;
+// it returns nil when there is nothing to serve from memory.
+func (l *categoryLists) snapshot(r *http.Request, gen uint64) *listSnapshot {
+	buf := []byte{'['}
+	err := l.store.EachCategory(r.Context(), func(c Category) error {
+		item, err := json.Marshal(c)
+		if err != nil {
+			return err
+		}
+		if len(buf) > 1 {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, item...)
+		if len(buf) > maxCachedList {
+			return errTooLarge
+		}
+		return nil
 	})
+	if err != nil {
+		return nil
+	}
+	buf = append(buf, "]\n"...)
+	sum := fnv.New64a()
+	sum.Write(buf)
+	snap := &listSnapshot{gen: gen, body: buf, etag: `"` + strconv.FormatUint(sum.Sum64(), 36) + `"`}
+	if l.store.CategoriesGen() == gen {
+		l.cached.Store(snap)
+	}
+	return snap
+}
+
+// etagMatches reports whether an If-None-Match value names etag.
+func etagMatches(header, etag string) bool {
+	for _, v := range strings.Split(header, ",") {
+		v = strings.TrimPrefix(strings.TrimSpace(v), "W/")
+		if v == etag || v == "*" {
+			return true
+		}
+	}
+	return false
+}
+
+// servePage answers ?limit=N&after_id=ID with up to N categories after ID,
+// and a Link to the next page when the page is full.
+func (l *categoryLists) servePage(w http.ResponseWriter, r *http.Request, q url.Values) {
+	limit, afterID := int64(100), int64(0)
+	if q.Has("limit") {
+		n, err := strconv.ParseInt(q.Get("limit"), 10, 64)
+		if err != nil || n < 1 || n > maxPageSize {
+			writeError(w, r, errorf(http.StatusBadRequest, "validation_failed", "limit must be an integer from 1 to %d", maxPageSize))
+			return
+		}
+		limit = n
+	}
+	if q.Has("after_id") {
+		n, err := strconv.ParseInt(q.Get("after_id"), 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, r, errorf(http.StatusBadRequest, "validation_failed", "after_id must be a non-negative integer"))
+			return
+		}
+		afterID = n
+	}
+	page := make([]Category, 0, min(limit, 100))
+	err := l.store.EachCategoryAfter(r.Context(), afterID, int(limit), func(c Category) error {
+		page = append(page, c)
+		return nil
+	})
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if int64(len(page)) == limit {
+		next := fmt.Sprintf("<%s/categories?limit=%d&after_id=%d>; rel=\"next\"", l.publicURL, limit, page[len(page)-1].ID)
+		w.Header().Set("Link", next)
+	}
+	writeJSON(w, http.StatusOK, page)
 }

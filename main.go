@@ -249,7 +249,7 @@ type route struct {
 // operation of the OpenAPI document, and the other way round.
 func apiRoutes(store *Store, cfg serveConfig, doc []byte) []route {
 	return []route{
-		{"GET /v1/categories", requireKey(handleCategoryList(store))},
+		{"GET /v1/categories", requireKey(handleCategoryList(store, cfg.publicURL))},
 		{"POST /v1/categories", requireKey(handleCategoryCreate(store))},
 		{"GET /v1/pets", requireKey(handlePetList(store))},
 		{"POST /v1/pets", requireKey(handlePetCreate(store))},

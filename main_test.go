@@ -785,3 +785,68 @@ func schemaOf(t *testing.T, s *Store) string {
 	}
 	return b.String()
 }
+
+func TestCategoryListCacheAndPages(t *testing.T) {
+	ts := startServer(t, "--public-url", "https://api.example.net/v1")
+	for i := range 5 {
+		ts.do(t, "POST", "/v1/categories", ts.key, fmt.Sprintf(`{"name":"c%d"}`, i))
+	}
+	r := ts.do(t, "GET", "/v1/categories", ts.key, "")
+	etag := r.header.Get("ETag")
+	if r.status != 200 || etag == "" || len(decode[[]Category](t, r)) != 5 {
+		t.Fatalf("list: %d, ETag %q", r.status, etag)
+	}
+	r = ts.do(t, "GET", "/v1/categories", ts.key, "", "If-None-Match", etag)
+	if r.status != 304 || len(r.body) != 0 || r.header.Get("ETag") != etag {
+		t.Errorf("If-None-Match with the current tag: %d %q", r.status, r.body)
+	}
+	// A write makes the cached list stale.
+	ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"c5"}`)
+	r = ts.do(t, "GET", "/v1/categories", ts.key, "", "If-None-Match", etag)
+	if r.status != 200 || r.header.Get("ETag") == etag || len(decode[[]Category](t, r)) != 6 {
+		t.Errorf("after a write: %d, ETag %q (was %q), body %s", r.status, r.header.Get("ETag"), etag, r.body)
+	}
+
+	r = ts.do(t, "GET", "/v1/categories?limit=4", ts.key, "")
+	page := decode[[]Category](t, r)
+	if len(page) != 4 || page[0].ID != 1 || page[3].ID != 4 {
+		t.Fatalf("first page: %s", r.body)
+	}
+	if got, want := r.header.Get("Link"), `<https://api.example.net/v1/categories?limit=4&after_id=4>; rel="next"`; got != want {
+		t.Errorf("Link = %q, want %q", got, want)
+	}
+	r = ts.do(t, "GET", "/v1/categories?limit=4&after_id=4", ts.key, "")
+	if page := decode[[]Category](t, r); len(page) != 2 || page[0].ID != 5 || r.header.Get("Link") != "" {
+		t.Errorf("last page: %s, Link %q", r.body, r.header.Get("Link"))
+	}
+	if r := ts.do(t, "GET", "/v1/categories?after_id=6", ts.key, ""); string(r.body) != "[]\n" {
+		t.Errorf("past the end: %s", r.body)
+	}
+	for _, q := range []string{"limit=0", "limit=1001", "limit=x", "after_id=-1", "after_id=1.5"} {
+		wantError(t, ts.do(t, "GET", "/v1/categories?"+q, ts.key, ""), 400, "validation_failed")
+	}
+}
+
+func TestLargeListIsStreamed(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "large.db")
+	key := createKey(t, db, "--plan", "business")
+	s, err := openStore(context.Background(), db, true, time.Now, defaultBusyTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.w.Exec(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000)
+		INSERT INTO categories (name, fold, description) SELECT printf('category %06d', i), printf('category %06d', i), printf('%0100d', i) FROM n`)
+	s.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startServerOn(t, db, key)
+	r := ts.do(t, "GET", "/v1/categories", key, "")
+	list := decode[[]Category](t, r)
+	if r.status != 200 || len(list) != 20000 || list[19999].Name != "category 020000" {
+		t.Fatalf("large list: %d, %d rows", r.status, len(list))
+	}
+	if r.header.Get("ETag") != "" || len(r.body) < maxCachedList {
+		t.Errorf("a %d-byte list got ETag %q: it should be streamed, not cached", len(r.body), r.header.Get("ETag"))
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/golang-migrate/migrate/v4"
@@ -39,6 +40,10 @@ type Store struct {
 	w    *sql.DB
 	r    *sql.DB
 	now  func() time.Time
+
+	// categoriesGen grows after every committed change to categories, so
+	// that a cached list knows when it is stale.
+	categoriesGen atomic.Uint64
 }
 
 // sqliteHeader starts every SQLite 3 database file.
@@ -320,6 +325,7 @@ func (s *Store) CreateCategory(ctx context.Context, name, fold string, descripti
 	if err != nil {
 		return Category{}, fmt.Errorf("insert category: %w", describe(err))
 	}
+	s.categoriesGen.Add(1)
 	id, err := res.LastInsertId()
 	if err != nil {
 		return Category{}, fmt.Errorf("insert category: %w", err)
@@ -331,6 +337,17 @@ func (s *Store) CreateCategory(ctx context.Context, name, fold string, descripti
 // at fn's first error.
 func (s *Store) EachCategory(ctx context.Context, fn func(Category) error) error {
 	return each(ctx, s.r, "list categories", scanCategory, fn, "SELECT id, name, description FROM categories ORDER BY id")
+}
+
+// CategoriesGen returns the generation of the categories table: it grows
+// after every committed change.
+func (s *Store) CategoriesGen() uint64 { return s.categoriesGen.Load() }
+
+// EachCategoryAfter calls fn for at most limit categories with ids above
+// afterID, in ascending id order.
+func (s *Store) EachCategoryAfter(ctx context.Context, afterID int64, limit int, fn func(Category) error) error {
+	return each(ctx, s.r, "list categories", scanCategory, fn,
+		"SELECT id, name, description FROM categories WHERE id > ? ORDER BY id LIMIT ?", afterID, limit)
 }
 
 func scanCategory(rows *sql.Rows) (Category, error) {
