@@ -9,8 +9,11 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -124,6 +127,9 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 	if !isJSONContentType(r.Header.Get("Content-Type")) {
 		return errorf(http.StatusUnsupportedMediaType, "unsupported_media_type", "the request body must be application/json")
 	}
+	if r.ContentLength > maxBodyBytes { // refuse before waiting for it
+		return errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "the request body is larger than %d bytes", maxBodyBytes)
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	var tooBig *http.MaxBytesError
 	switch {
@@ -141,8 +147,16 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 	case !utf8.Valid(body):
 		return errorf(http.StatusBadRequest, "invalid_json", "the request body is not valid UTF-8")
 	}
-	if err := checkJSONShape(body); err != nil {
-		return err
+	keys, shapeErr := checkJSONShape(body)
+	if shapeErr != nil {
+		return shapeErr
+	}
+	// encoding/json matches field names ignoring case; the API does not.
+	known := jsonFieldNames(dst)
+	for _, k := range keys {
+		if !slices.Contains(known, k) {
+			return errorf(http.StatusBadRequest, "validation_failed", "unknown field %q", k)
+		}
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -161,8 +175,9 @@ const maxJSONDepth = 32
 
 // checkJSONShape refuses what encoding/json would let through silently: a
 // key given twice in one object (it keeps the last) and nesting deeper than
-// maxJSONDepth. Syntax errors are left to the decoder, which names them.
-func checkJSONShape(body []byte) *apiError {
+// maxJSONDepth. It returns the keys of the outermost object. Syntax errors
+// are left to the decoder, which names them.
+func checkJSONShape(body []byte) (topKeys []string, _ *apiError) {
 	type frame struct {
 		keys           map[string]bool
 		isObj, wantKey bool
@@ -173,13 +188,13 @@ func checkJSONShape(body []byte) *apiError {
 	for {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil
+			return topKeys, nil
 		}
 		top := len(stack) - 1
 		switch tok {
 		case json.Delim('{'), json.Delim('['):
 			if len(stack) == maxJSONDepth {
-				return errorf(http.StatusBadRequest, "invalid_json", "the JSON is nested deeper than %d levels", maxJSONDepth)
+				return nil, errorf(http.StatusBadRequest, "invalid_json", "the JSON is nested deeper than %d levels", maxJSONDepth)
 			}
 			isObj := tok == json.Delim('{')
 			stack = append(stack, frame{isObj: isObj, wantKey: isObj})
@@ -191,7 +206,10 @@ func checkJSONShape(body []byte) *apiError {
 			if top >= 0 && stack[top].wantKey {
 				key, _ := tok.(string)
 				if stack[top].keys[key] {
-					return errorf(http.StatusBadRequest, "invalid_json", "the key %q appears twice in one object", key)
+					return nil, errorf(http.StatusBadRequest, "invalid_json", "the key %q appears twice in one object", key)
+				}
+				if top == 0 {
+					topKeys = append(topKeys, key)
 				}
 				if stack[top].keys == nil {
 					stack[top].keys = map[string]bool{}
@@ -203,12 +221,31 @@ func checkJSONShape(body []byte) *apiError {
 		}
 		// A value ended: its object, if any, wants a key next.
 		if top < 0 {
-			return nil
+			return topKeys, nil
 		}
 		if stack[top].isObj {
 			stack[top].wantKey = true
 		}
 	}
+}
+
+var jsonFieldCache sync.Map // reflect.Type -> []string
+
+// jsonFieldNames returns the JSON names of the fields of the struct that
+// dst points to.
+func jsonFieldNames(dst any) []string {
+	t := reflect.TypeOf(dst).Elem()
+	if names, ok := jsonFieldCache.Load(t); ok {
+		return names.([]string)
+	}
+	var names []string
+	for f := range t.Fields() {
+		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
+			names = append(names, name)
+		}
+	}
+	jsonFieldCache.Store(t, names)
+	return names
 }
 
 // jsonError turns an error of encoding/json into a client's error.

@@ -77,7 +77,7 @@ func TestCheckJSONShape(t *testing.T) {
 		{`{"a":`, ""}, // syntax errors are the decoder's
 	}
 	for _, tt := range tests {
-		err := checkJSONShape([]byte(tt.body))
+		_, err := checkJSONShape([]byte(tt.body))
 		switch {
 		case tt.wantErr == "" && err != nil:
 			t.Errorf("checkJSONShape(%.40q) = %v, want nil", tt.body, err)

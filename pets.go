@@ -151,7 +151,7 @@ func sunset(d deprecation, now func() time.Time, next http.Handler) http.Handler
 // so a 429 carries them too.
 func areaHeaders(d deprecation, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p := r.URL.Path
+		p := r.URL.EscapedPath() // so that an escaped "/" stays inside its segment
 		switch {
 		case p == "/v1/pets" || strings.HasPrefix(p, "/v1/pets/"):
 			w.Header().Set("X-API-Stability", "beta")
