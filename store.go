@@ -44,6 +44,9 @@ type Store struct {
 	// categoriesGen grows after every committed change to categories, so
 	// that a cached list knows when it is stale.
 	categoriesGen atomic.Uint64
+
+	// group commits the API's creates; the rest writes through w directly.
+	group *groupCommitter
 }
 
 // sqliteHeader starts every SQLite 3 database file.
@@ -158,7 +161,7 @@ func openStore(ctx context.Context, path string, migrateUp bool, now func() time
 	r.SetMaxOpenConns(4)
 	r.SetMaxIdleConns(4)
 	r.SetConnMaxIdleTime(0)
-	s := &Store{path: path, w: w, r: r, now: now}
+	s := &Store{path: path, w: w, r: r, now: now, group: newGroupCommitter(w)}
 	return s, nil
 }
 
@@ -236,6 +239,7 @@ func latestMigration() (uint, error) {
 // Close closes both pools; SQLite checkpoints the WAL into the main file
 // when the last connection to it closes.
 func (s *Store) Close() error {
+	s.group.close()
 	return errors.Join(s.r.Close(), s.w.Close())
 }
 
@@ -317,8 +321,11 @@ type Category struct {
 // CreateCategory inserts a category; fold is its name's uniqueness key.
 // A name that folds like an existing one is errConflict.
 func (s *Store) CreateCategory(ctx context.Context, name, fold string, description *string) (Category, error) {
-	res, err := s.w.ExecContext(ctx,
-		"INSERT INTO categories (name, fold, description) VALUES (?, ?, ?)", name, fold, description)
+	c := Category{Name: name, Description: description}
+	err := s.group.write(ctx, func(tx *sql.Tx) error {
+		return tx.QueryRow("INSERT INTO categories (name, fold, description) VALUES (?, ?, ?) RETURNING id",
+			name, fold, description).Scan(&c.ID)
+	})
 	if isUniqueViolation(err) {
 		return Category{}, errConflict
 	}
@@ -326,11 +333,7 @@ func (s *Store) CreateCategory(ctx context.Context, name, fold string, descripti
 		return Category{}, fmt.Errorf("insert category: %w", describe(err))
 	}
 	s.categoriesGen.Add(1)
-	id, err := res.LastInsertId()
-	if err != nil {
-		return Category{}, fmt.Errorf("insert category: %w", err)
-	}
-	return Category{ID: id, Name: name, Description: description}, nil
+	return c, nil
 }
 
 // EachCategory calls fn for every category in ascending id order and stops
@@ -370,15 +373,17 @@ type Pet struct {
 
 // CreatePet inserts a pet; a category that does not exist is errNoReference.
 func (s *Store) CreatePet(ctx context.Context, p Pet) (Pet, error) {
-	res, err := s.w.ExecContext(ctx, "INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?)", p.Name, p.CategoryID, p.Status)
+	err := s.group.write(ctx, func(tx *sql.Tx) error {
+		return tx.QueryRow("INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?) RETURNING id",
+			p.Name, p.CategoryID, p.Status).Scan(&p.ID)
+	})
 	if isForeignKeyViolation(err) {
 		return Pet{}, errNoReference
 	}
 	if err != nil {
 		return Pet{}, fmt.Errorf("insert pet: %w", describe(err))
 	}
-	p.ID, err = res.LastInsertId()
-	return p, err
+	return p, nil
 }
 
 // petFilter narrows a pet list; zero fields do not filter.
@@ -425,16 +430,17 @@ type Order struct {
 // CreateOrder places an order; a pet that does not exist is errNoReference.
 func (s *Store) CreateOrder(ctx context.Context, petID, quantity int64) (Order, error) {
 	o := Order{PetID: petID, Quantity: quantity, Status: "placed", CreatedAt: s.now().UTC().Format(time.RFC3339)}
-	res, err := s.w.ExecContext(ctx, "INSERT INTO orders (pet_id, quantity, status, created_at) VALUES (?, ?, ?, ?)",
-		o.PetID, o.Quantity, o.Status, o.CreatedAt)
+	err := s.group.write(ctx, func(tx *sql.Tx) error {
+		return tx.QueryRow("INSERT INTO orders (pet_id, quantity, status, created_at) VALUES (?, ?, ?, ?) RETURNING id",
+			o.PetID, o.Quantity, o.Status, o.CreatedAt).Scan(&o.ID)
+	})
 	if isForeignKeyViolation(err) {
 		return Order{}, errNoReference
 	}
 	if err != nil {
 		return Order{}, fmt.Errorf("insert order: %w", describe(err))
 	}
-	o.ID, err = res.LastInsertId()
-	return o, err
+	return o, nil
 }
 
 // EachOrder calls fn for every order in ascending id order.

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// maxBatch bounds how many writes share one transaction.
+const maxBatch = 256
+
+// writeJob is one write waiting for the group commit.
+type writeJob struct {
+	ctx  context.Context
+	run  func(tx *sql.Tx) error
+	done chan error
+}
+
+// groupCommitter runs the API's writes on the writer connection, gathering
+// the ones waiting at the moment into one transaction, so that one fsync
+// (synchronous=FULL) makes a whole batch durable before any of it is
+// answered. Each write runs inside its own savepoint: a write that fails
+// (a unique or foreign key violation) is undone alone and the others
+// commit; a failure of the transaction itself (a full disk, a lock) fails
+// every write of the batch, none of which was answered yet.
+type groupCommitter struct {
+	db   *sql.DB
+	jobs chan *writeJob
+	done chan struct{}
+}
+
+func newGroupCommitter(db *sql.DB) *groupCommitter {
+	g := &groupCommitter{db: db, jobs: make(chan *writeJob, maxBatch), done: make(chan struct{})}
+	go g.loop()
+	return g
+}
+
+// write runs fn in a transaction shared with other writes and returns once
+// that transaction is committed (and fn's work durable) or has failed.
+func (g *groupCommitter) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	job := &writeJob{ctx: ctx, run: fn, done: make(chan error, 1)}
+	select {
+	case g.jobs <- job:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return <-job.done // always answered: the loop finishes every job it takes
+}
+
+// close stops the loop once the queued writes are done.
+func (g *groupCommitter) close() {
+	close(g.jobs)
+	<-g.done
+}
+
+func (g *groupCommitter) loop() {
+	defer close(g.done)
+	batch := make([]*writeJob, 0, maxBatch)
+	for job := range g.jobs {
+		batch = append(batch[:0], job)
+	gather:
+		for len(batch) < maxBatch {
+			select {
+			case j, ok := <-g.jobs:
+				if !ok {
+					break gather
+				}
+				batch = append(batch, j)
+			default:
+				break gather
+			}
+		}
+		g.commit(batch)
+	}
+}
+
+func (g *groupCommitter) commit(batch []*writeJob) {
+	results := make([]error, len(batch))
+	err := func() error {
+		tx, err := g.db.Begin()
+		if err != nil {
+			return describe(err)
+		}
+		defer tx.Rollback()
+		for i, j := range batch {
+			if err := j.ctx.Err(); err != nil {
+				results[i] = err // the client is gone: do not write for it
+				continue
+			}
+			if _, err := tx.Exec("SAVEPOINT w"); err != nil {
+				return describe(err)
+			}
+			if err := j.run(tx); err != nil {
+				results[i] = err
+				if errors.Is(describe(err), errUnavailable) {
+					return describe(err) // the transaction itself is in trouble
+				}
+				if _, err := tx.Exec("ROLLBACK TO w"); err != nil {
+					return describe(err)
+				}
+			}
+			if _, err := tx.Exec("RELEASE w"); err != nil {
+				return describe(err)
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return describe(err)
+		}
+		return nil
+	}()
+	for i, j := range batch {
+		if err != nil && results[i] == nil {
+			results[i] = fmt.Errorf("commit: %w", err)
+		}
+		j.done <- results[i]
+	}
+}
