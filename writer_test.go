@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestGroupCommitIsolatesFailures sends creates at once so that they share
+// batches, a quarter of them conflicting: each conflict must fail alone.
+func TestGroupCommitIsolatesFailures(t *testing.T) {
+	s, err := openStore(context.Background(), filepath.Join(t.TempDir(), "g.db"), true, time.Now, defaultBusyTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const n = 400
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			name := fmt.Sprintf("unique-%d", i)
+			if i%4 == 0 {
+				name = "shared" // 100 creates of one name: one wins
+			}
+			_, errs[i] = s.CreateCategory(context.Background(), name, foldName(name), nil)
+		})
+	}
+	wg.Wait()
+	ok, conflicts := 0, 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, errConflict):
+			conflicts++
+		default:
+			t.Errorf("create %d: %v", i, err)
+		}
+	}
+	rows := 0
+	s.EachCategory(context.Background(), func(Category) error { rows++; return nil })
+	if ok != 301 || conflicts != 99 || rows != 301 {
+		t.Errorf("%d created, %d conflicts, %d rows; want 301, 99, 301", ok, conflicts, rows)
+	}
+}
+
+// TestGroupCommitSkipsCancelledWrites checks that a write whose client is
+// gone is not made.
+func TestGroupCommitSkipsCancelledWrites(t *testing.T) {
+	s, err := openStore(context.Background(), filepath.Join(t.TempDir(), "c.db"), true, time.Now, defaultBusyTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.CreateCategory(ctx, "gone", "gone", nil); err == nil {
+		t.Fatal("a cancelled create succeeded")
+	}
+	rows := 0
+	s.EachCategory(context.Background(), func(Category) error { rows++; return nil })
+	if rows != 0 {
+		t.Errorf("%d rows after a cancelled create, want 0", rows)
+	}
+}
