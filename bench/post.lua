@@ -1,0 +1,24 @@
+-- POST /v1/categories with a name no other request has used: petstore
+-- answers 409 to a repeated name, which would measure the wrong path.
+-- RUN_PREFIX (set per wrk run by run.sh) keeps runs on one database apart.
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+
+local prefix = os.getenv("RUN_PREFIX")
+if not prefix then
+   math.randomseed(os.time())
+   prefix = tostring(math.random(1, 1e9))
+end
+
+local threads = 0
+function setup(thread)
+   threads = threads + 1
+   thread:set("tid", threads)
+end
+
+local n = 0
+function request()
+   n = n + 1
+   local body = string.format('{"name":"p%s-t%d-%d","description":"posted by wrk"}', prefix, tid, n)
+   return wrk.format(nil, nil, nil, body)
+end
