@@ -82,7 +82,9 @@ type serveConfig struct {
 
 // serve runs the API server until ctx ends, then shuts it down gracefully.
 func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
-	logger := newLogger(cfg.logFormat, cfg.logLevel, stderr)
+	logs := &logWriter{w: stderr}
+	defer logs.Flush() // registered first: runs after every other deferred log line
+	logger := newLogger(cfg.logFormat, cfg.logLevel, logs)
 	store, err := openStore(ctx, cfg.db, true, time.Now, cfg.busyTimeout)
 	if err != nil {
 		return err
@@ -124,17 +126,13 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	for id, n := range counts {
 		lim.loadDayCount(id, today, n)
 	}
-	doc, err := openAPIDocument(cfg.publicURL, cfg.env)
-	if err != nil {
-		return err
-	}
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, unwrapOpError(err))
 	}
 	defer ln.Close()
-	servers := []*http.Server{newHTTPServer(newServer(logger, store, keys, lim, metrics, cfg, doc), cfg, logger)}
+	servers := []*http.Server{newHTTPServer(newServer(logger, store, keys, lim, metrics, cfg), cfg, logger)}
 	listeners := []net.Listener{ln}
 	if cfg.adminAddr != "" {
 		aln, err := net.Listen("tcp", cfg.adminAddr)
@@ -157,6 +155,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	}()
 	wg.Go(func() { keys.watch(bgCtx, time.Second, logger) })
 	wg.Go(func() { upkeep(bgCtx, lim, store, bans, metrics, logger) })
+	wg.Go(func() { logs.flushEvery(bgCtx, 100*time.Millisecond) })
 
 	serveErr := make(chan error, len(servers))
 	for i, srv := range servers {
@@ -167,6 +166,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		attrs = append(attrs, "admin_addr", listeners[1].Addr().String())
 	}
 	logger.Info("listening", attrs...)
+	logs.Flush()
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("serve: %w", err)
@@ -195,6 +195,55 @@ func newHTTPServer(h http.Handler, cfg serveConfig, logger *slog.Logger) *http.S
 		IdleTimeout:       cfg.idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// logWriter buffers the log so that a request does not wait for a write to
+// stderr: lines go out every 100 ms, when 64 KiB have gathered, and on exit.
+// A crash loses at most the last 100 ms of log, never a write to the
+// database.
+type logWriter struct {
+	mu  sync.Mutex
+	w   io.Writer
+	buf []byte
+}
+
+func (l *logWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	if len(l.buf) >= 64<<10 {
+		l.flushLocked()
+	}
+	return len(p), nil
+}
+
+// Flush writes out what is buffered.
+func (l *logWriter) Flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.flushLocked()
+}
+
+func (l *logWriter) flushLocked() {
+	if len(l.buf) > 0 {
+		l.w.Write(l.buf)
+		l.buf = l.buf[:0]
+	}
+}
+
+// flushEvery flushes the log every interval until ctx ends.
+func (l *logWriter) flushEvery(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			l.Flush()
+			return
+		case <-t.C:
+			l.Flush()
+		}
 	}
 }
 
@@ -247,7 +296,7 @@ type route struct {
 
 // apiRoutes is the route table of the API under /v1: every entry is an
 // operation of the OpenAPI document, and the other way round.
-func apiRoutes(store *Store, cfg serveConfig, doc []byte) []route {
+func apiRoutes(store *Store, cfg serveConfig) []route {
 	return []route{
 		{"GET /v1/categories", requireKey(handleCategoryList(store, cfg.publicURL))},
 		{"POST /v1/categories", requireKey(handleCategoryCreate(store))},
@@ -256,7 +305,7 @@ func apiRoutes(store *Store, cfg serveConfig, doc []byte) []route {
 		{"GET /v1/pets/{petId}", sunset(cfg.petsDeprecation(), time.Now, requireKey(handlePetGet(store)))},
 		{"GET /v1/store/orders", requireKey(handleOrderList(store))},
 		{"POST /v1/store/orders", requireKey(handleOrderCreate(store))},
-		{"GET /v1/openapi.json", handleOpenAPI(doc)},
+		{"GET /v1/openapi.json", handleOpenAPI(cfg.publicURL, cfg.env)},
 	}
 }
 
@@ -266,9 +315,9 @@ func (cfg serveConfig) petsDeprecation() deprecation {
 }
 
 // newServer returns the whole API: the route table and the middleware chain.
-func newServer(logger *slog.Logger, store *Store, keys *keyring, lim *limiter, m *serverMetrics, cfg serveConfig, doc []byte) http.Handler {
+func newServer(logger *slog.Logger, store *Store, keys *keyring, lim *limiter, m *serverMetrics, cfg serveConfig) http.Handler {
 	mux := http.NewServeMux()
-	for _, rt := range apiRoutes(store, cfg, doc) {
+	for _, rt := range apiRoutes(store, cfg) {
 		mux.Handle(rt.pattern, rt.handler)
 	}
 	mux.Handle("GET /healthz", handleHealth(cfg.env))

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 )
 
 //go:embed openapi.json
@@ -30,12 +31,20 @@ func openAPIDocument(publicURL, env string) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
-func handleOpenAPI(doc []byte) http.Handler {
-	length := strconv.Itoa(len(doc))
+// handleOpenAPI serves the document that openAPIDocument makes for
+// publicURL and env, made on the first request: start-up need not wait
+// for it.
+func handleOpenAPI(publicURL, env string) http.Handler {
+	doc := sync.OnceValues(func() ([]byte, error) { return openAPIDocument(publicURL, env) })
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := doc()
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
 		h := w.Header()
 		h.Set("Content-Type", "application/json")
-		h.Set("Content-Length", length)
-		w.Write(doc)
+		h.Set("Content-Length", strconv.Itoa(len(body)))
+		w.Write(body)
 	})
 }
