@@ -1,0 +1,325 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"unicode"
+	"unicode/utf8"
+)
+
+// fuzzBodySeeds are request bodies that every decoding target starts from:
+// valid ones, each way of being broken, and the edges of the limits.
+var fuzzBodySeeds = []string{
+	`{"name":"Dog"}`,
+	`{"name":"  Dog\t","description":"Loyal"}`,
+	`{"name":"Rex","categoryId":1,"status":"sold"}`,
+	`{"petId":1,"quantity":100}`,
+	`{"name":"école","description":""}`,
+	`{"name":"Straße","description":null}`,
+	`{"name":"` + strings.Repeat("ü", 100) + `"}`,
+	`{"name":"` + strings.Repeat("x", 101) + `"}`,
+	`{"name":"a\u0000b"}`,
+	`{"name":"a\u0085b"}`,
+	"{\"name\":\"a\xffb\"}",
+	"\xef\xbb\xbf{\"name\":\"Dog\"}",
+	`{"name":"a","name":"b"}`,
+	`{"NAME":"a"}`,
+	`{"name":"a","n\u0061me":"b"}`,
+	`{"name":1e400,"categoryId":1e400,"petId":99999999999999999999,"quantity":-0}`,
+	`{"categoryId":9223372036854775807,"quantity":1.5}`,
+	`{"name":"\ud800"}`,
+	`{"name":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `}`,
+	`{"description":` + strings.Repeat("[", 31) + strings.Repeat("]", 31) + `}`,
+	`{"name":"Dog"} {}`,
+	`{"name":"Dog"}x`,
+	`{"name":`,
+	`{`,
+	`[]`,
+	`null`,
+	`"Dog"`,
+	` `,
+	``,
+	`{"colour":"red"}`,
+	`{"name":"p","categoryId":"1","status":5}`,
+	`{"petId":{},"quantity":[]}`,
+	`{"a":{"x":1,"x":2}}`,
+	`{"name":"x","description":"` + strings.Repeat("d", 1001) + `"}`,
+}
+
+// knownCodes are the Error codes that each status may carry (DECISIONS.md, section 2).
+var knownCodes = map[int][]string{
+	400: {"invalid_json", "validation_failed"},
+	413: {"payload_too_large"},
+	415: {"unsupported_media_type"},
+}
+
+// fuzzDecode runs decodeJSON on body as a POST with Content-Type
+// application/json and checks the error it gives, if any. It returns
+// whether the body was accepted.
+func fuzzDecode(t *testing.T, body []byte, dst any) bool {
+	t.Helper()
+	r := httptest.NewRequest("POST", "/v1/x", bytes.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	err := decodeJSON(httptest.NewRecorder(), r, dst)
+	if err == nil {
+		if len(body) > maxBodyBytes {
+			t.Fatalf("accepted a body of %d bytes", len(body))
+		}
+		if !json.Valid(body) || !utf8.Valid(body) {
+			t.Fatalf("accepted a body that is not valid JSON: %q", body)
+		}
+		return true
+	}
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		t.Fatalf("decodeJSON error %T %v is not an *apiError", err, err)
+	}
+	checkAPIError(t, ae, 400, 413, 415)
+	if len(body) > maxBodyBytes && ae.Status != 413 {
+		t.Fatalf("a body of %d bytes got %d, want 413", len(body), ae.Status)
+	}
+	if ae.Status == 413 && len(body) <= maxBodyBytes {
+		t.Fatalf("a body of %d bytes got 413", len(body))
+	}
+	return false
+}
+
+// checkAPIError checks that e has one of the statuses and a code that status may carry.
+func checkAPIError(t *testing.T, e *apiError, statuses ...int) {
+	t.Helper()
+	if !slices.Contains(statuses, e.Status) {
+		t.Fatalf("status %d (%v), want one of %v", e.Status, e, statuses)
+	}
+	if !slices.Contains(knownCodes[e.Status], e.Code) {
+		t.Fatalf("code %q with status %d (%v)", e.Code, e.Status, e)
+	}
+	if e.Message == "" {
+		t.Fatalf("no message: %+v", e)
+	}
+}
+
+// checkName checks a name that passed validation: valid UTF-8, trimmed,
+// 1 to 100 code points, no control characters.
+func checkName(t *testing.T, name string) {
+	t.Helper()
+	if !utf8.ValidString(name) {
+		t.Fatalf("name %q is not valid UTF-8", name)
+	}
+	if n := utf8.RuneCountInString(name); n < 1 || n > maxNameLen {
+		t.Fatalf("name %q has %d code points", name, n)
+	}
+	if strings.TrimSpace(name) != name {
+		t.Fatalf("name %q is not trimmed", name)
+	}
+	if i := strings.IndexFunc(name, unicode.IsControl); i >= 0 {
+		t.Fatalf("name %q has a control character at %d", name, i)
+	}
+}
+
+// checkValidationError checks an error of a validate method.
+func checkValidationError(t *testing.T, e *apiError) {
+	t.Helper()
+	checkAPIError(t, e, 400)
+	if e.Code != "validation_failed" {
+		t.Fatalf("validation error with code %q", e.Code)
+	}
+}
+
+func addBodySeeds(f *testing.F, extra ...string) {
+	for _, s := range append(fuzzBodySeeds, extra...) {
+		f.Add([]byte(s))
+	}
+	f.Add(append([]byte(`{"name":"big","description":"`), bytes.Repeat([]byte("d"), maxBodyBytes)...))
+}
+
+func FuzzDecodeCategory(f *testing.F) {
+	addBodySeeds(f)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var in newCategory
+		if !fuzzDecode(t, body, &in) {
+			return
+		}
+		name, verr := in.validate()
+		if verr != nil {
+			checkValidationError(t, verr)
+			return
+		}
+		checkName(t, name)
+		if in.Description != nil && utf8.RuneCountInString(*in.Description) > maxDescriptionLen {
+			t.Fatalf("description of %d code points accepted", utf8.RuneCountInString(*in.Description))
+		}
+	})
+}
+
+func FuzzDecodePet(f *testing.F) {
+	addBodySeeds(f,
+		`{"name":"Rex","categoryId":1}`,
+		`{"name":"Rex","categoryId":0}`,
+		`{"name":"Rex","categoryId":-9223372036854775808,"status":"pending"}`,
+		`{"name":"Rex","categoryId":1,"status":"AVAILABLE"}`,
+		`{"name":"Rex","categoryId":1,"status":null}`,
+		`{"name":"Rex","categoryId":1,"categoryId":2}`,
+	)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var in newPet
+		if !fuzzDecode(t, body, &in) {
+			return
+		}
+		p, verr := in.validate()
+		if verr != nil {
+			checkValidationError(t, verr)
+			return
+		}
+		checkName(t, p.Name)
+		if p.CategoryID < 1 {
+			t.Fatalf("categoryId %d accepted", p.CategoryID)
+		}
+		if !slices.Contains(petStatuses, p.Status) {
+			t.Fatalf("status %q accepted", p.Status)
+		}
+	})
+}
+
+func FuzzDecodeOrder(f *testing.F) {
+	addBodySeeds(f,
+		`{"petId":1,"quantity":1}`,
+		`{"petId":1,"quantity":0}`,
+		`{"petId":1,"quantity":101}`,
+		`{"petId":-1,"quantity":1}`,
+		`{"petId":1}`,
+		`{"quantity":1}`,
+		`{"petId":1,"quantity":1,"status":"placed"}`,
+		`{"petId":1e0,"quantity":1.0}`,
+	)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var in newOrder
+		if !fuzzDecode(t, body, &in) {
+			return
+		}
+		if verr := in.validate(); verr != nil {
+			checkValidationError(t, verr)
+			return
+		}
+		if in.PetID == nil || *in.PetID < 1 {
+			t.Fatalf("petId %v accepted", in.PetID)
+		}
+		if in.Quantity == nil || *in.Quantity < 1 || *in.Quantity > maxOrderQuantity {
+			t.Fatalf("quantity %v accepted", in.Quantity)
+		}
+	})
+}
+
+func FuzzBearerToken(f *testing.F) {
+	for _, s := range []string{
+		"Bearer abc", "bearer abc", "BEARER abc", "BeArEr abc", "Bearer  abc", "Bearer", "Bearer ",
+		"Basic abc", "abc", "", " Bearer abc", "Bearer\tabc", "Bearer abc ", "Bearer ps_live_" + strings.Repeat("a", 40),
+		"Bearer\x00 abc", "Bearér abc", "\u212Aearer abc", "Bearer Bearer abc", "Bearerabc",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, h string) {
+		token, ok := bearerToken(h)
+		if !ok {
+			if token != "" {
+				t.Fatalf("bearerToken(%q) = %q, false", h, token)
+			}
+			return
+		}
+		if token == "" {
+			t.Fatalf("bearerToken(%q) = \"\", true", h)
+		}
+		scheme, found := strings.CutSuffix(h, " "+token)
+		if !found || !strings.EqualFold(scheme, "Bearer") || h != scheme+" "+token {
+			t.Fatalf("bearerToken(%q) = %q: the header is not <Bearer> <token>", h, token)
+		}
+		// EqualFold folds Unicode too: the scheme must still be six ASCII letters.
+		if len(scheme) != len("Bearer") {
+			t.Fatalf("bearerToken(%q) accepted the scheme %q", h, scheme)
+		}
+	})
+}
+
+func FuzzKeyFormat(f *testing.F) {
+	for _, s := range []string{
+		"ps_live_" + strings.Repeat("a", 32), "ps_test_" + strings.Repeat("Z", 40), "ps_live_" + strings.Repeat("9", 120),
+		"ps_live_" + strings.Repeat("a", 31), "ps_live_" + strings.Repeat("a", 121), "PS_LIVE_" + strings.Repeat("a", 32),
+		"ps_live_" + strings.Repeat("a", 32) + " ", "ps_live_" + strings.Repeat("é", 32), "ps_live_", "", "ps_", "ps_live",
+		"ps_live_" + strings.Repeat("a", 31) + "\x00", newKeySecret("production"), newKeySecret("staging"),
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, k string) {
+		valid := 0
+		for _, env := range environments {
+			if !validKeyFormat(k, env) {
+				continue
+			}
+			valid++
+			checkKeyShape(t, k, env)
+		}
+		if valid > 1 {
+			t.Fatalf("%q is a key of both environments", k)
+		}
+	})
+}
+
+// checkKeyShape checks that k has the prefix of env, 40 to 128 bytes and
+// only base62 characters after the prefix.
+func checkKeyShape(t *testing.T, k, env string) {
+	t.Helper()
+	p := keyPrefix(env)
+	if !strings.HasPrefix(k, p) {
+		t.Fatalf("%q passes as a %s key without the prefix %q", k, env, p)
+	}
+	if len(k) < 40 || len(k) > 128 {
+		t.Fatalf("%q passes as a %s key with length %d", k, env, len(k))
+	}
+	for _, c := range []byte(k[len(p):]) {
+		if !('0' <= c && c <= '9' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z') {
+			t.Fatalf("%q passes as a %s key with the character %q", k, env, c)
+		}
+	}
+}
+
+func TestNewKeySecretIsValid(t *testing.T) {
+	for _, env := range environments {
+		for range 1000 {
+			k := newKeySecret(env)
+			if !validKeyFormat(k, env) {
+				t.Fatalf("validKeyFormat(newKeySecret(%s)) = false for %q", env, k)
+			}
+			checkKeyShape(t, k, env)
+		}
+	}
+}
+
+func FuzzFoldName(f *testing.F) {
+	for _, s := range []string{
+		"Dog", "dog", "DOG", "ÉCOLE", "école", "e\u0301cole", "Straße", "STRASSE", "ẞ", "Σίσυφος", "ΣΊΣΥΦΟΣ", "ς",
+		"İstanbul", "ıi", "K", "ǅ", "ǰ", "ΐ", "ﬃ", "α\u0345", "ᾳ", "Å", "Å", "🐶", "", "\u0000", "a\u0307\u0323",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !utf8.ValidString(s) {
+			foldName(s) // must not panic
+			return
+		}
+		k := foldName(s)
+		if again := foldName(k); again != k {
+			t.Fatalf("foldName is not idempotent: foldName(%+q) = %+q, foldName of that = %+q", s, k, again)
+		}
+		upper, lower := strings.ToUpper(s), strings.ToLower(s)
+		if strings.ToLower(upper) != lower || strings.ToUpper(lower) != upper {
+			return // not a plain case pair (ı/I, ſ/S, ...)
+		}
+		if fu, fl := foldName(upper), foldName(lower); fu != fl {
+			t.Fatalf("case variants fold apart: foldName(%+q) = %+q, foldName(%+q) = %+q", upper, fu, lower, fl)
+		}
+	})
+}
