@@ -106,7 +106,13 @@ type listSnapshot struct {
 	gen  uint64
 	body []byte
 	etag string
+	// The header values, made once: net/http never changes a value slice,
+	// so every response can share them.
+	etagHeader, lengthHeader []string
 }
+
+// jsonContentType is the shared Content-Type header value of JSON bodies.
+var jsonContentType = []string{"application/json"}
 
 // categoryLists serves GET /v1/categories: the full list from a serialized
 // copy that any write invalidates (answering If-None-Match with 304), or
@@ -122,10 +128,11 @@ func handleCategoryList(store *Store, publicURL string) http.Handler {
 }
 
 func (l *categoryLists) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	if q.Has("limit") || q.Has("after_id") {
-		l.servePage(w, r, q)
-		return
+	if r.URL.RawQuery != "" {
+		if q := r.URL.Query(); q.Has("limit") || q.Has("after_id") {
+			l.servePage(w, r, q)
+			return
+		}
 	}
 	gen := l.store.CategoriesGen()
 	snap := l.cached.Load()
@@ -137,13 +144,13 @@ func (l *categoryLists) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h := w.Header()
-	h.Set("ETag", snap.etag)
-	if etagMatches(r.Header.Get("If-None-Match"), snap.etag) {
+	h["Etag"] = snap.etagHeader
+	if inm := r.Header.Get("If-None-Match"); inm != "" && etagMatches(inm, snap.etag) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(snap.body)))
+	h["Content-Type"] = jsonContentType
+	h["Content-Length"] = snap.lengthHeader
 	w.WriteHeader(http.StatusOK)
 	w.Write(snap.body)
 }
@@ -176,7 +183,9 @@ func (l *categoryLists) snapshot(r *http.Request, gen uint64) *listSnapshot {
 	buf = append(buf, "]\n"...)
 	sum := fnv.New64a()
 	sum.Write(buf)
-	snap := &listSnapshot{gen: gen, body: buf, etag: `"` + strconv.FormatUint(sum.Sum64(), 36) + `"`}
+	etag := `"` + strconv.FormatUint(sum.Sum64(), 36) + `"`
+	snap := &listSnapshot{gen: gen, body: buf, etag: etag,
+		etagHeader: []string{etag}, lengthHeader: []string{strconv.Itoa(len(buf))}}
 	if l.store.CategoriesGen() == gen {
 		l.cached.Store(snap)
 	}

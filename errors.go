@@ -64,19 +64,19 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.As(err, &ae):
 	case errors.Is(err, errUnavailable):
-		noteError(r, err)
+		noteError(w, err)
 		w.Header().Set("Retry-After", retryAfterUnavailable)
 		ae = errorf(http.StatusServiceUnavailable, "unavailable", "the database is busy or cannot be written; retry later")
 	default:
-		noteError(r, err)
+		noteError(w, err)
 		ae = errorf(http.StatusInternalServerError, "internal_error", "internal error; the request id is in the X-Request-Id header")
 	}
 	writeJSON(w, ae.Status, ae)
 }
 
 // noteError hands err to the request log, if there is one.
-func noteError(r *http.Request, err error) {
-	if rec := recorderFrom(r.Context()); rec != nil {
+func noteError(w http.ResponseWriter, err error) {
+	if rec := recorderOf(w); rec != nil {
 		rec.err = err
 	}
 }
@@ -108,7 +108,7 @@ func writeJSONArray[T any](w http.ResponseWriter, r *http.Request, iterate func(
 	case err != nil:
 		// The status is sent: cut the array short so the client sees
 		// invalid JSON rather than a complete-looking list.
-		noteError(r, err)
+		noteError(w, err)
 		bw.Flush()
 		panic(http.ErrAbortHandler)
 	case bw == nil:

@@ -628,7 +628,7 @@ func limitRequests(lim *limiter, keys *keyring, trustProxy bool, m *serverMetric
 		var d decision
 		k := keys.authenticate(r)
 		if k != nil {
-			if rec := recorderFrom(r.Context()); rec != nil {
+			if rec := recorderOf(w); rec != nil {
 				rec.keyID = k.ID
 			}
 			d = lim.allowKey(k.ID, k.RPM, k.RPD)

@@ -354,7 +354,7 @@ func handleReady(store *Store) http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := store.Ready(ctx); err != nil {
-			noteError(r, err)
+			noteError(w, err)
 			w.Header().Set("Retry-After", retryAfterUnavailable)
 			writeError(w, r, errorf(http.StatusServiceUnavailable, "unavailable", "the database is not reachable"))
 			return
@@ -374,7 +374,7 @@ func jsonFallbacks(mux *http.ServeMux) http.Handler {
 		}
 		h, pattern := mux.Handler(r)
 		if pattern != "" {
-			if rec := recorderFrom(r.Context()); rec != nil {
+			if rec := recorderOf(w); rec != nil {
 				rec.pattern = pattern
 			}
 			mux.ServeHTTP(w, r)
@@ -473,10 +473,11 @@ func (rec *recorder) Write(b []byte) (int, error) {
 
 func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
 
-type recorderCtxKey struct{}
-
-func recorderFrom(ctx context.Context) *recorder {
-	rec, _ := ctx.Value(recorderCtxKey{}).(*recorder)
+// recorderOf returns the request log's recorder. logRequests hands it on
+// as the ResponseWriter, and no inner layer wraps the writer again, so a
+// type assertion finds it without a context value per request.
+func recorderOf(w http.ResponseWriter) *recorder {
+	rec, _ := w.(*recorder)
 	return rec
 }
 
@@ -486,7 +487,6 @@ func logRequests(logger *slog.Logger, m *serverMetrics, next http.Handler) http.
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &recorder{ResponseWriter: w}
-		r = r.WithContext(context.WithValue(r.Context(), recorderCtxKey{}, rec))
 		defer func() {
 			level := slog.LevelInfo
 			if rec.status >= 500 {
@@ -524,7 +524,7 @@ func recoverPanics(logger *slog.Logger, next http.Handler) http.Handler {
 				panic(p)
 			}
 			logger.Error("panic", "panic", p, "request_id", w.Header().Get("X-Request-Id"), "stack", string(debug.Stack()))
-			if rec := recorderFrom(r.Context()); rec == nil || rec.status == 0 {
+			if rec := recorderOf(w); rec == nil || rec.status == 0 {
 				writeError(w, r, errors.New("panic"))
 			}
 		}()
