@@ -47,6 +47,8 @@ type Store struct {
 
 	// group commits the API's creates; the rest writes through w directly.
 	group *groupCommitter
+
+	insertCategory, insertPet, insertOrder *sql.Stmt
 }
 
 // sqliteHeader starts every SQLite 3 database file.
@@ -161,7 +163,23 @@ func openStore(ctx context.Context, path string, migrateUp bool, now func() time
 	r.SetMaxOpenConns(4)
 	r.SetMaxIdleConns(4)
 	r.SetConnMaxIdleTime(0)
-	s := &Store{path: path, w: w, r: r, now: now, group: newGroupCommitter(w)}
+	s := &Store{path: path, w: w, r: r, now: now}
+	if s.group, err = newGroupCommitter(w); err != nil {
+		return nil, errors.Join(err, r.Close(), w.Close())
+	}
+	for _, p := range []struct {
+		stmt **sql.Stmt
+		sql  string
+	}{
+		{&s.insertCategory, "INSERT INTO categories (name, fold, description) VALUES (?, ?, ?) RETURNING id"},
+		{&s.insertPet, "INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?) RETURNING id"},
+		{&s.insertOrder, "INSERT INTO orders (pet_id, quantity, status, created_at) VALUES (?, ?, ?, ?) RETURNING id"},
+	} {
+		if *p.stmt, err = w.PrepareContext(ctx, p.sql); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("prepare: %w", describe(err))
+		}
+	}
 	return s, nil
 }
 
@@ -338,8 +356,7 @@ type Category struct {
 func (s *Store) CreateCategory(ctx context.Context, name, fold string, description *string) (Category, error) {
 	c := Category{Name: name, Description: description}
 	err := s.group.write(ctx, func(tx *sql.Tx) error {
-		return tx.QueryRow("INSERT INTO categories (name, fold, description) VALUES (?, ?, ?) RETURNING id",
-			name, fold, description).Scan(&c.ID)
+		return tx.Stmt(s.insertCategory).QueryRow(name, fold, description).Scan(&c.ID)
 	})
 	if isUniqueViolation(err) {
 		return Category{}, errConflict
@@ -389,8 +406,7 @@ type Pet struct {
 // CreatePet inserts a pet; a category that does not exist is errNoReference.
 func (s *Store) CreatePet(ctx context.Context, p Pet) (Pet, error) {
 	err := s.group.write(ctx, func(tx *sql.Tx) error {
-		return tx.QueryRow("INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?) RETURNING id",
-			p.Name, p.CategoryID, p.Status).Scan(&p.ID)
+		return tx.Stmt(s.insertPet).QueryRow(p.Name, p.CategoryID, p.Status).Scan(&p.ID)
 	})
 	if isForeignKeyViolation(err) {
 		return Pet{}, errNoReference
@@ -446,8 +462,7 @@ type Order struct {
 func (s *Store) CreateOrder(ctx context.Context, petID, quantity int64) (Order, error) {
 	o := Order{PetID: petID, Quantity: quantity, Status: "placed", CreatedAt: s.now().UTC().Format(time.RFC3339)}
 	err := s.group.write(ctx, func(tx *sql.Tx) error {
-		return tx.QueryRow("INSERT INTO orders (pet_id, quantity, status, created_at) VALUES (?, ?, ?, ?) RETURNING id",
-			o.PetID, o.Quantity, o.Status, o.CreatedAt).Scan(&o.ID)
+		return tx.Stmt(s.insertOrder).QueryRow(o.PetID, o.Quantity, o.Status, o.CreatedAt).Scan(&o.ID)
 	})
 	if isForeignKeyViolation(err) {
 		return Order{}, errNoReference

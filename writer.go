@@ -28,12 +28,25 @@ type groupCommitter struct {
 	db   *sql.DB
 	jobs chan *writeJob
 	done chan struct{}
+
+	// Prepared once: parsing SQL for every row cost more than the fsync.
+	savepoint, release, rollbackTo *sql.Stmt
 }
 
-func newGroupCommitter(db *sql.DB) *groupCommitter {
+func newGroupCommitter(db *sql.DB) (*groupCommitter, error) {
 	g := &groupCommitter{db: db, jobs: make(chan *writeJob, maxBatch), done: make(chan struct{})}
+	var err error
+	if g.savepoint, err = db.Prepare("SAVEPOINT w"); err != nil {
+		return nil, fmt.Errorf("prepare: %w", describe(err))
+	}
+	if g.release, err = db.Prepare("RELEASE w"); err != nil {
+		return nil, fmt.Errorf("prepare: %w", describe(err))
+	}
+	if g.rollbackTo, err = db.Prepare("ROLLBACK TO w"); err != nil {
+		return nil, fmt.Errorf("prepare: %w", describe(err))
+	}
 	go g.loop()
-	return g
+	return g, nil
 }
 
 // write runs fn in a transaction shared with other writes and returns once
@@ -88,7 +101,7 @@ func (g *groupCommitter) commit(batch []*writeJob) {
 				results[i] = err // the client is gone: do not write for it
 				continue
 			}
-			if _, err := tx.Exec("SAVEPOINT w"); err != nil {
+			if _, err := tx.Stmt(g.savepoint).Exec(); err != nil {
 				return describe(err)
 			}
 			if err := j.run(tx); err != nil {
@@ -96,11 +109,11 @@ func (g *groupCommitter) commit(batch []*writeJob) {
 				if errors.Is(describe(err), errUnavailable) {
 					return describe(err) // the transaction itself is in trouble
 				}
-				if _, err := tx.Exec("ROLLBACK TO w"); err != nil {
+				if _, err := tx.Stmt(g.rollbackTo).Exec(); err != nil {
 					return describe(err)
 				}
 			}
-			if _, err := tx.Exec("RELEASE w"); err != nil {
+			if _, err := tx.Stmt(g.release).Exec(); err != nil {
 				return describe(err)
 			}
 		}
