@@ -27,14 +27,15 @@ type writeJob struct {
 type groupCommitter struct {
 	db   *sql.DB
 	jobs chan *writeJob
-	done chan struct{}
+	stop chan struct{} // closed by close: take no more jobs
+	done chan struct{} // closed when the loop has ended
 
 	// Prepared once: parsing SQL for every row cost more than the fsync.
 	savepoint, release, rollbackTo *sql.Stmt
 }
 
 func newGroupCommitter(db *sql.DB) (*groupCommitter, error) {
-	g := &groupCommitter{db: db, jobs: make(chan *writeJob, maxBatch), done: make(chan struct{})}
+	g := &groupCommitter{db: db, jobs: make(chan *writeJob, maxBatch), stop: make(chan struct{}), done: make(chan struct{})}
 	var err error
 	if g.savepoint, err = db.Prepare("SAVEPOINT w"); err != nil {
 		return nil, fmt.Errorf("prepare: %w", describe(err))
@@ -55,30 +56,54 @@ func (g *groupCommitter) write(ctx context.Context, fn func(tx *sql.Tx) error) e
 	job := &writeJob{ctx: ctx, run: fn, done: make(chan error, 1)}
 	select {
 	case g.jobs <- job:
+	case <-g.stop:
+		return errClosing
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return <-job.done // always answered: the loop finishes every job it takes
+	select {
+	case err := <-job.done:
+		return err
+	case <-g.done: // the loop ended; it may have answered just before
+		select {
+		case err := <-job.done:
+			return err
+		default:
+			return errClosing
+		}
+	}
 }
 
-// close stops the loop once the queued writes are done.
+var errClosing = fmt.Errorf("%w: the database is closing", errUnavailable)
+
+// close stops the loop after the batch in progress; writes still queued
+// fail with errClosing, so no caller waits forever.
 func (g *groupCommitter) close() {
-	close(g.jobs)
+	close(g.stop)
 	<-g.done
 }
 
 func (g *groupCommitter) loop() {
 	defer close(g.done)
 	batch := make([]*writeJob, 0, maxBatch)
-	for job := range g.jobs {
-		batch = append(batch[:0], job)
+	for {
+		select {
+		case job := <-g.jobs:
+			batch = append(batch[:0], job)
+		case <-g.stop:
+			for {
+				select {
+				case j := <-g.jobs:
+					j.done <- errClosing
+				default:
+					return
+				}
+			}
+		}
 	gather:
 		for len(batch) < maxBatch {
 			select {
-			case j, ok := <-g.jobs:
-				if !ok {
-					break gather
-				}
+			case j := <-g.jobs:
 				batch = append(batch, j)
 			default:
 				break gather

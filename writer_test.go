@@ -68,3 +68,26 @@ func TestGroupCommitSkipsCancelledWrites(t *testing.T) {
 		t.Errorf("%d rows after a cancelled create, want 0", rows)
 	}
 }
+
+// TestGroupCommitAfterClose checks that a write after the store closed
+// fails at once instead of waiting forever.
+func TestGroupCommitAfterClose(t *testing.T) {
+	s, err := openStore(context.Background(), filepath.Join(t.TempDir(), "x.db"), true, time.Now, defaultBusyTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.CreateCategory(context.Background(), "late", "late", nil)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, errUnavailable) {
+			t.Errorf("create after close: %v, want errUnavailable", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a create after close hung")
+	}
+}
