@@ -163,10 +163,7 @@ func openStore(ctx context.Context, path string, migrateUp bool, now func() time
 	r.SetMaxOpenConns(4)
 	r.SetMaxIdleConns(4)
 	r.SetConnMaxIdleTime(0)
-	s := &Store{path: path, w: w, r: r, now: now}
-	if s.group, err = newGroupCommitter(w); err != nil {
-		return nil, errors.Join(err, r.Close(), w.Close())
-	}
+	s := &Store{path: path, w: w, r: r, now: now, group: newGroupCommitter(w)}
 	for _, p := range []struct {
 		stmt **sql.Stmt
 		sql  string

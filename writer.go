@@ -20,38 +20,28 @@ type writeJob struct {
 // groupCommitter runs the API's writes on the writer connection, gathering
 // the ones waiting at the moment into one transaction, so that one fsync
 // (synchronous=FULL) makes a whole batch durable before any of it is
-// answered. Each write runs inside its own savepoint: a write that fails
-// (a unique or foreign key violation) is undone alone and the others
-// commit; a failure of the transaction itself (a full disk, a lock) fails
-// every write of the batch, none of which was answered yet.
+// answered. Each write is one SQL statement, and SQLite undoes a statement
+// that fails on a constraint (a unique or foreign key violation) alone,
+// leaving the transaction open: that write fails and the others commit. A
+// failure of the transaction itself (a full disk, a lock) fails every
+// write of the batch, none of which was answered yet.
 type groupCommitter struct {
 	db   *sql.DB
 	jobs chan *writeJob
 	stop chan struct{} // closed by close: take no more jobs
 	done chan struct{} // closed when the loop has ended
 
-	// Prepared once: parsing SQL for every row cost more than the fsync.
-	savepoint, release, rollbackTo *sql.Stmt
 }
 
-func newGroupCommitter(db *sql.DB) (*groupCommitter, error) {
+func newGroupCommitter(db *sql.DB) *groupCommitter {
 	g := &groupCommitter{db: db, jobs: make(chan *writeJob, maxBatch), stop: make(chan struct{}), done: make(chan struct{})}
-	var err error
-	if g.savepoint, err = db.Prepare("SAVEPOINT w"); err != nil {
-		return nil, fmt.Errorf("prepare: %w", describe(err))
-	}
-	if g.release, err = db.Prepare("RELEASE w"); err != nil {
-		return nil, fmt.Errorf("prepare: %w", describe(err))
-	}
-	if g.rollbackTo, err = db.Prepare("ROLLBACK TO w"); err != nil {
-		return nil, fmt.Errorf("prepare: %w", describe(err))
-	}
 	go g.loop()
-	return g, nil
+	return g
 }
 
-// write runs fn in a transaction shared with other writes and returns once
-// that transaction is committed (and fn's work durable) or has failed.
+// write runs fn, which must execute exactly one SQL statement, in a
+// transaction shared with other writes, and returns once that transaction
+// is committed (and fn's work durable) or has failed.
 func (g *groupCommitter) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	job := &writeJob{ctx: ctx, run: fn, done: make(chan error, 1)}
 	select {
@@ -126,20 +116,11 @@ func (g *groupCommitter) commit(batch []*writeJob) {
 				results[i] = err // the client is gone: do not write for it
 				continue
 			}
-			if _, err := tx.Stmt(g.savepoint).Exec(); err != nil {
-				return describe(err)
-			}
 			if err := j.run(tx); err != nil {
 				results[i] = err
 				if errors.Is(describe(err), errUnavailable) {
 					return describe(err) // the transaction itself is in trouble
 				}
-				if _, err := tx.Stmt(g.rollbackTo).Exec(); err != nil {
-					return describe(err)
-				}
-			}
-			if _, err := tx.Stmt(g.release).Exec(); err != nil {
-				return describe(err)
 			}
 		}
 		if err := tx.Commit(); err != nil {
