@@ -295,8 +295,8 @@ func (s *Store) Ready(ctx context.Context) error {
 // disk, read-only file, I/O) to errUnavailable, keeping the cause.
 func describe(err error) error {
 	var se *sqlite.Error
-	if !errors.As(err, &se) {
-		return err
+	if !errors.As(err, &se) || errors.Is(err, errUnavailable) {
+		return err // not SQLite's, or described already
 	}
 	switch se.Code() & 0xff {
 	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY,

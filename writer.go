@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
 )
 
 // maxBatch bounds how many writes share one transaction.
@@ -26,10 +27,11 @@ type writeJob struct {
 // failure of the transaction itself (a full disk, a lock) fails every
 // write of the batch, none of which was answered yet.
 type groupCommitter struct {
-	db   *sql.DB
-	jobs chan *writeJob
-	stop chan struct{} // closed by close: take no more jobs
-	done chan struct{} // closed when the loop has ended
+	db       *sql.DB
+	jobs     chan *writeJob
+	stop     chan struct{} // closed by close: take no more jobs
+	stopOnce sync.Once
+	done     chan struct{} // closed when the loop has ended
 
 }
 
@@ -69,7 +71,7 @@ var errClosing = fmt.Errorf("%w: the database is closing", errUnavailable)
 // close stops the loop after the batch in progress; writes still queued
 // fail with errClosing, so no caller waits forever.
 func (g *groupCommitter) close() {
-	close(g.stop)
+	g.stopOnce.Do(func() { close(g.stop) })
 	<-g.done
 }
 
