@@ -18,10 +18,7 @@ import (
 // nothing. Logs go to io.Discard.
 func benchServer(b *testing.B) (http.Handler, string, *Store) {
 	b.Helper()
-	store, err := openStore(context.Background(), filepath.Join(b.TempDir(), "bench.db"), true, time.Now, defaultBusyTimeout)
-	if err != nil {
-		b.Fatal(err)
-	}
+	store := testStore(b, filepath.Join(b.TempDir(), "bench.db"), true)
 	b.Cleanup(func() { store.Close() })
 	secret := newKeySecret("production")
 	if _, err := store.CreateKey(context.Background(), hashKey(secret), "bench", "enterprise", 100_000_000, 100_000_000_000, "production"); err != nil {

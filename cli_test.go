@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -226,16 +225,13 @@ func TestRefusesNewerSchema(t *testing.T) {
 	if _, _, err := runCLI(t, nil, "migrate", "--db", db); err != nil {
 		t.Fatal(err)
 	}
-	s, err := openStore(context.Background(), db, false, time.Now, defaultBusyTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := testStore(t, db, false)
 	if _, err := s.w.Exec("UPDATE schema_migrations SET version = 999"); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
 	before, _ := os.ReadFile(db)
-	_, _, err = runCLI(t, nil, "serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-addr", "")
+	_, _, err := runCLI(t, nil, "serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-addr", "")
 	if err == nil || !strings.Contains(err.Error(), "newer") {
 		t.Fatalf("serve on a newer schema: %v, want a refusal", err)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -95,11 +94,7 @@ func TestCrashKeepsEveryAcknowledgedWrite(t *testing.T) {
 	}
 	ts.stop()
 
-	s, err := openStore(context.Background(), db, false, time.Now, defaultBusyTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := testStore(t, db, false)
 	var check string
 	if err := s.r.QueryRow("PRAGMA integrity_check").Scan(&check); err != nil || check != "ok" {
 		t.Errorf("integrity_check = %q, %v", check, err)

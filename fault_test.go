@@ -157,10 +157,7 @@ func TestReadOnlyStorage(t *testing.T) {
 		t.Errorf("serve on a read-only filesystem: exit %d, %q", code, msg.String())
 	}
 
-	rw, err := openStore(context.Background(), filepath.Join(t.TempDir(), "src.db"), true, time.Now, defaultBusyTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rw := testStore(t, filepath.Join(t.TempDir(), "src.db"), true)
 	rw.Close()
 	ro, err := sql.Open("sqlite", "file:"+rw.path+"?mode=ro")
 	if err != nil {

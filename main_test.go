@@ -30,6 +30,18 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// testStore opens the database at path (migrating it when migrateUp is
+// set) and closes it when the test ends.
+func testStore(tb testing.TB, path string, migrateUp bool) *Store {
+	tb.Helper()
+	s, err := openStore(context.Background(), path, migrateUp, time.Now, defaultBusyTimeout)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	return s
+}
+
 // syncBuffer is a bytes.Buffer safe for a server writing and a test reading.
 type syncBuffer struct {
 	mu  sync.Mutex
@@ -736,18 +748,10 @@ func TestSchemaMatchesMigrations(t *testing.T) {
 	if _, _, err := runCLI(t, nil, "migrate", "--db", db); err != nil {
 		t.Fatal(err)
 	}
-	migrated, err := openStore(context.Background(), db, false, time.Now, defaultBusyTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer migrated.Close()
+	migrated := testStore(t, db, false)
 	fromMigrations := schemaOf(t, migrated)
 
-	ref, err := openStore(context.Background(), filepath.Join(t.TempDir(), "ref.db"), true, time.Now, defaultBusyTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ref.Close()
+	ref := testStore(t, filepath.Join(t.TempDir(), "ref.db"), true)
 	sch, err := os.ReadFile("schema.sql")
 	if err != nil {
 		t.Fatal(err)
@@ -830,11 +834,8 @@ func TestCategoryListCacheAndPages(t *testing.T) {
 func TestLargeListIsStreamed(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "large.db")
 	key := createKey(t, db, "--plan", "business")
-	s, err := openStore(context.Background(), db, true, time.Now, defaultBusyTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = s.w.Exec(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000)
+	s := testStore(t, db, true)
+	_, err := s.w.Exec(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000)
 		INSERT INTO categories (name, fold, description) SELECT printf('category %06d', i), printf('category %06d', i), printf('%0100d', i) FROM n`)
 	s.Close()
 	if err != nil {

@@ -148,11 +148,7 @@ func TestSIGTERMFinishesRequestsAndFlushes(t *testing.T) {
 	if st, err := os.Stat(db + "-wal"); err == nil && st.Size() > 0 {
 		t.Errorf("the WAL holds %d bytes after shutdown, want it checkpointed", st.Size())
 	}
-	s, err := openStore(context.Background(), db, false, time.Now, defaultBusyTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := testStore(t, db, false)
 	counts, err := s.DayCounts(context.Background(), time.Now().UTC().Format(time.DateOnly))
 	if err != nil {
 		t.Fatal(err)

@@ -92,11 +92,7 @@ func TestPetNeedsCategoryInTheDatabase(t *testing.T) {
 	// The foreign key refuses an orphan pet even when the handler is
 	// bypassed.
 	db := filepath.Join(t.TempDir(), "fk.db")
-	s, err := openStore(context.Background(), db, true, time.Now, defaultBusyTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := testStore(t, db, true)
 	if _, err := s.w.Exec("INSERT INTO pets (name, category_id, status) VALUES ('x', 42, 'available')"); !isForeignKeyViolation(err) {
 		t.Errorf("orphan pet: %v, want a foreign key violation", err)
 	}

@@ -150,11 +150,7 @@ func TestDayQuotaSurvivesRestart(t *testing.T) {
 	}
 	// The count reaches the database within a second, without a shutdown.
 	usage := func() int64 {
-		s, err := openStore(context.Background(), ts.db, false, time.Now, defaultBusyTimeout)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		s := testStore(t, ts.db, false)
 		counts, err := s.DayCounts(context.Background(), time.Now().UTC().Format(time.DateOnly))
 		if err != nil {
 			t.Fatal(err)

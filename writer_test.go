@@ -13,11 +13,7 @@ import (
 // TestGroupCommitIsolatesFailures sends creates at once so that they share
 // batches, a quarter of them conflicting: each conflict must fail alone.
 func TestGroupCommitIsolatesFailures(t *testing.T) {
-	s, err := openStore(context.Background(), filepath.Join(t.TempDir(), "g.db"), true, time.Now, defaultBusyTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := testStore(t, filepath.Join(t.TempDir(), "g.db"), true)
 	const n = 400
 	var wg sync.WaitGroup
 	errs := make([]error, n)
@@ -52,11 +48,7 @@ func TestGroupCommitIsolatesFailures(t *testing.T) {
 // TestGroupCommitSkipsCancelledWrites checks that a write whose client is
 // gone is not made.
 func TestGroupCommitSkipsCancelledWrites(t *testing.T) {
-	s, err := openStore(context.Background(), filepath.Join(t.TempDir(), "c.db"), true, time.Now, defaultBusyTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := testStore(t, filepath.Join(t.TempDir(), "c.db"), true)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := s.CreateCategory(ctx, "gone", "gone", nil); err == nil {
@@ -72,10 +64,7 @@ func TestGroupCommitSkipsCancelledWrites(t *testing.T) {
 // TestGroupCommitAfterClose checks that a write after the store closed
 // fails at once instead of waiting forever.
 func TestGroupCommitAfterClose(t *testing.T) {
-	s, err := openStore(context.Background(), filepath.Join(t.TempDir(), "x.db"), true, time.Now, defaultBusyTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := testStore(t, filepath.Join(t.TempDir(), "x.db"), true)
 	s.Close()
 	done := make(chan error, 1)
 	go func() {
