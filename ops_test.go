@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -272,5 +273,28 @@ func TestLogsNeverContainKeys(t *testing.T) {
 	}
 	if lines < 20 {
 		t.Errorf("%d request lines logged, want one per request (20)", lines)
+	}
+}
+
+// A server on one CPU still gets two Ps, so that a commit waiting for
+// fsync does not stop every request; an explicit GOMAXPROCS is obeyed.
+func TestAtLeastTwoProcs(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	t.Setenv("GOMAXPROCS", "")
+	runtime.GOMAXPROCS(1)
+	atLeastTwoProcs()
+	if got := runtime.GOMAXPROCS(0); got != 2 {
+		t.Errorf("one CPU: GOMAXPROCS = %d, want 2", got)
+	}
+	runtime.GOMAXPROCS(3)
+	atLeastTwoProcs()
+	if got := runtime.GOMAXPROCS(0); got != 3 {
+		t.Errorf("three CPUs: GOMAXPROCS = %d, want 3 (left alone)", got)
+	}
+	t.Setenv("GOMAXPROCS", "1")
+	runtime.GOMAXPROCS(1)
+	atLeastTwoProcs()
+	if got := runtime.GOMAXPROCS(0); got != 1 {
+		t.Errorf("GOMAXPROCS=1 set by the operator: got %d, want 1", got)
 	}
 }
