@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -322,4 +323,81 @@ func FuzzFoldName(f *testing.F) {
 			t.Fatalf("case variants fold apart: foldName(%+q) = %+q, foldName(%+q) = %+q", upper, fu, lower, fl)
 		}
 	})
+}
+
+// FuzzJSONShape holds checkJSONShape, a one-pass byte scanner, to the
+// answers of tokenJSONShape, the json.Decoder.Token walk it replaced, on
+// every valid JSON body in UTF-8 (what decodeJSON hands it): the same top-level keys, and an error exactly when
+// the walk finds one. On malformed input it must only end without panic
+// (decodeJSON lets the decoder judge such a body).
+func FuzzJSONShape(f *testing.F) {
+	addBodySeeds(f, `{"a":{"b":1,"b":2}}`, `{"a\"b":1,"a\u0022b":2}`, `{"x":"{\"y\":1,\"y\":2}"}`,
+		`{"a":`+strings.Repeat(`[`, 40)+strings.Repeat(`]`, 40)+`}`, `[{"a":1},{"a":1}]`)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		keys, err := checkJSONShape(body)
+		if !json.Valid(body) || !utf8.Valid(body) { // decodeJSON refuses invalid UTF-8 first
+			return
+		}
+		wantKeys, wantErr := tokenJSONShape(body)
+		if (err != nil) != (wantErr != nil) {
+			t.Fatalf("%q: error %v, the token walk says %v", body, err, wantErr)
+		}
+		if err == nil && !slices.Equal(keys, wantKeys) {
+			t.Fatalf("%q: keys %q, the token walk says %q", body, keys, wantKeys)
+		}
+	})
+}
+
+// tokenJSONShape is checkJSONShape as it was first written, kept as the
+// reference of FuzzJSONShape.
+func tokenJSONShape(body []byte) (topKeys []string, _ *apiError) {
+	type frame struct {
+		keys           map[string]bool
+		isObj, wantKey bool
+	}
+	var stack []frame
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber() // a huge number is the decoder's to judge, not a reason to stop here
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return topKeys, nil
+		}
+		top := len(stack) - 1
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			if len(stack) == maxJSONDepth {
+				return nil, errorf(http.StatusBadRequest, "invalid_json", "the JSON is nested deeper than %d levels", maxJSONDepth)
+			}
+			isObj := tok == json.Delim('{')
+			stack = append(stack, frame{isObj: isObj, wantKey: isObj})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:top]
+			top--
+		default:
+			if top >= 0 && stack[top].wantKey {
+				key, _ := tok.(string)
+				if stack[top].keys[key] {
+					return nil, errorf(http.StatusBadRequest, "invalid_json", "the key %q appears twice in one object", key)
+				}
+				if top == 0 {
+					topKeys = append(topKeys, key)
+				}
+				if stack[top].keys == nil {
+					stack[top].keys = map[string]bool{}
+				}
+				stack[top].keys[key] = true
+				stack[top].wantKey = false
+				continue
+			}
+		}
+		// A value ended: its object, if any, wants a key next.
+		if top < 0 {
+			return topKeys, nil
+		}
+		if stack[top].isObj {
+			stack[top].wantKey = true
+		}
+	}
 }
