@@ -134,7 +134,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, unwrapOpError(err))
 	}
 	defer ln.Close()
-	servers := []*http.Server{newHTTPServer(newServer(logger, store, keys, lim, metrics, cfg), cfg, logger)}
+	servers := []*http.Server{newHTTPServer(newServer(logger, newRequestLog(cfg.logFormat, cfg.logLevel, logs), store, keys, lim, metrics, cfg), cfg, logger)}
 	listeners := []net.Listener{ln}
 	if cfg.adminAddr != "" {
 		aln, err := net.Listen("tcp", cfg.adminAddr)
@@ -213,66 +213,8 @@ func newHTTPServer(h http.Handler, cfg serveConfig, logger *slog.Logger) *http.S
 	}
 }
 
-// logWriter buffers the log so that a request does not wait for a write to
-// stderr: lines go out every 100 ms, when 64 KiB have gathered, and on exit.
-// A crash loses at most the last 100 ms of log, never a write to the
-// database.
-type logWriter struct {
-	mu  sync.Mutex
-	w   io.Writer
-	buf []byte
-}
-
-func (l *logWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.buf = append(l.buf, p...)
-	if len(l.buf) >= 64<<10 {
-		l.flushLocked()
-	}
-	return len(p), nil
-}
-
-// Flush writes out what is buffered.
-func (l *logWriter) Flush() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.flushLocked()
-}
-
-func (l *logWriter) flushLocked() {
-	if len(l.buf) > 0 {
-		l.w.Write(l.buf)
-		l.buf = l.buf[:0]
-	}
-}
-
-// flushEvery flushes the log every interval until ctx ends.
-func (l *logWriter) flushEvery(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			l.Flush()
-			return
-		case <-t.C:
-			l.Flush()
-		}
-	}
-}
-
 // maxHeaderBytes bounds a request's header section.
 const maxHeaderBytes = 32 << 10
-
-// newLogger returns the server's logger: format "json" or "text", to w.
-func newLogger(format string, level slog.Level, w io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: level}
-	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
-}
 
 func unwrapOpError(err error) error {
 	var oe *net.OpError
@@ -330,7 +272,7 @@ func (cfg serveConfig) petsDeprecation() deprecation {
 }
 
 // newServer returns the whole API: the route table and the middleware chain.
-func newServer(logger *slog.Logger, store *Store, keys *keyring, lim *limiter, m *serverMetrics, cfg serveConfig) http.Handler {
+func newServer(logger *slog.Logger, reqLog *requestLog, store *Store, keys *keyring, lim *limiter, m *serverMetrics, cfg serveConfig) http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range apiRoutes(store, cfg) {
 		mux.Handle(rt.pattern, rt.handler)
@@ -342,7 +284,7 @@ func newServer(logger *slog.Logger, store *Store, keys *keyring, lim *limiter, m
 	h = limitRequests(lim, keys, cfg.trustProxy, m, h)
 	h = areaHeaders(cfg.petsDeprecation(), h)
 	h = recoverPanics(logger, h)
-	h = logRequests(logger, m, h)
+	h = logRequests(reqLog, m, h)
 	h = withRequestID(h) // runs first
 	return h
 }
@@ -498,30 +440,24 @@ func recorderOf(w http.ResponseWriter) *recorder {
 
 // logRequests logs one line per request and counts it in the metrics. It
 // never logs a header or the query, so never a key.
-func logRequests(logger *slog.Logger, m *serverMetrics, next http.Handler) http.Handler {
+func logRequests(log *requestLog, m *serverMetrics, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &recorder{ResponseWriter: w}
 		defer func() {
-			level := slog.LevelInfo
-			if rec.status >= 500 {
-				level = slog.LevelError
-			}
-			attrs := []slog.Attr{
-				slog.String("method", r.Method),
-				slog.String("route", rec.pattern),
-				slog.Int("status", rec.status),
-				slog.Duration("duration", time.Since(start)),
-				slog.Int64("bytes", rec.bytes),
-				slog.Int64("key", rec.keyID),
-				slog.String("request_id", w.Header().Get("X-Request-Id")),
-				slog.String("remote", r.RemoteAddr),
-			}
-			if rec.err != nil {
-				attrs = append(attrs, slog.String("err", rec.err.Error()))
-			}
-			logger.LogAttrs(r.Context(), level, "request", attrs...)
-			m.observe(rec.pattern, rec.status, time.Since(start), rec.err)
+			end := time.Now()
+			log.write(end, &requestLine{
+				method:    r.Method,
+				route:     rec.pattern,
+				status:    rec.status,
+				duration:  end.Sub(start),
+				bytes:     rec.bytes,
+				key:       rec.keyID,
+				requestID: w.Header().Get("X-Request-Id"),
+				remote:    r.RemoteAddr,
+				err:       rec.err,
+			})
+			m.observe(rec.pattern, rec.status, end.Sub(start), rec.err)
 		}()
 		next.ServeHTTP(rec, r)
 	})
