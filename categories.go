@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"golang.org/x/text/cases"
 	"golang.org/x/text/unicode/norm"
 )
@@ -109,6 +111,8 @@ type listSnapshot struct {
 	// The header values, made once: net/http never changes a value slice,
 	// so every response can share them.
 	etagHeader, lengthHeader []string
+	linkHeader               []string // a page's Link to the next page, if any
+	full                     bool     // a page with as many rows as asked for
 }
 
 // jsonContentType is the shared Content-Type header value of JSON bodies.
@@ -121,10 +125,25 @@ type categoryLists struct {
 	store     *Store
 	publicURL string
 	cached    atomic.Pointer[listSnapshot]
+	pages     *lru.Cache[pageKey, *listSnapshot]
 }
 
+// pageKey names a page of the list: ?after_id=afterID&limit=limit.
+type pageKey struct{ afterID, limit int64 }
+
+// Pages are kept serialized too, the most recently used maxCachedPages of
+// them, each at most maxCachedPage bytes: at most 4 MiB in all.
+const (
+	maxCachedPages = 128
+	maxCachedPage  = 32 << 10
+)
+
 func handleCategoryList(store *Store, publicURL string) http.Handler {
-	return &categoryLists{store: store, publicURL: publicURL}
+	pages, err := lru.New[pageKey, *listSnapshot](maxCachedPages)
+	if err != nil {
+		panic(err) // only for a size below 1
+	}
+	return &categoryLists{store: store, publicURL: publicURL, pages: pages}
 }
 
 func (l *categoryLists) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -143,7 +162,16 @@ func (l *categoryLists) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSONArray(w, r, func(fn func(Category) error) error { return l.store.EachCategory(r.Context(), fn) })
 		return
 	}
+	serveSnapshot(w, r, snap)
+}
+
+// serveSnapshot answers with a serialized list or page, or with 304 Not
+// Modified when the client has it already.
+func serveSnapshot(w http.ResponseWriter, r *http.Request, snap *listSnapshot) {
 	h := w.Header()
+	if snap.linkHeader != nil {
+		h["Link"] = snap.linkHeader
+	}
 	h["Etag"] = snap.etagHeader
 	if inm := r.Header.Get("If-None-Match"); inm != "" && etagMatches(inm, snap.etag) {
 		w.WriteHeader(http.StatusNotModified)
@@ -181,15 +209,20 @@ func (l *categoryLists) snapshot(r *http.Request, gen uint64) *listSnapshot {
 		return nil
 	}
 	buf = append(buf, "]\n"...)
-	sum := fnv.New64a()
-	sum.Write(buf)
-	etag := `"` + strconv.FormatUint(sum.Sum64(), 36) + `"`
-	snap := &listSnapshot{gen: gen, body: buf, etag: etag,
-		etagHeader: []string{etag}, lengthHeader: []string{strconv.Itoa(len(buf))}}
+	snap := newSnapshot(gen, buf)
 	if l.store.CategoriesGen() == gen {
 		l.cached.Store(snap)
 	}
 	return snap
+}
+
+// newSnapshot returns the snapshot of a serialized body, with its ETag.
+func newSnapshot(gen uint64, body []byte) *listSnapshot {
+	sum := fnv.New64a()
+	sum.Write(body)
+	etag := `"` + strconv.FormatUint(sum.Sum64(), 36) + `"`
+	return &listSnapshot{gen: gen, body: body, etag: etag,
+		etagHeader: []string{etag}, lengthHeader: []string{strconv.Itoa(len(body))}}
 }
 
 // etagMatches reports whether an If-None-Match value names etag.
@@ -223,18 +256,45 @@ func (l *categoryLists) servePage(w http.ResponseWriter, r *http.Request, q url.
 		}
 		afterID = n
 	}
-	page := make([]Category, 0, min(limit, 100))
-	err := l.store.EachCategoryAfter(r.Context(), afterID, int(limit), func(c Category) error {
+	key := pageKey{afterID: afterID, limit: limit}
+	gen := l.store.CategoriesGen()
+	snap, ok := l.pages.Get(key)
+	if !ok || !snap.full && snap.gen != gen {
+		var err error
+		if snap, err = l.page(r, key, gen); err != nil {
+			writeError(w, r, err)
+			return
+		}
+	}
+	serveSnapshot(w, r, snap)
+}
+
+// page reads and serializes one page of generation gen, and keeps it if it
+// is small enough. Categories are never changed or deleted and their ids
+// only grow (AUTOINCREMENT), so a full page stays right forever; a page
+// that is not full (the end of the list) is right until the next write.
+func (l *categoryLists) page(r *http.Request, key pageKey, gen uint64) (*listSnapshot, error) {
+	page := make([]Category, 0, min(key.limit, 100))
+	err := l.store.EachCategoryAfter(r.Context(), key.afterID, int(key.limit), func(c Category) error {
 		page = append(page, c)
 		return nil
 	})
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return nil, err
 	}
-	if int64(len(page)) == limit {
-		next := fmt.Sprintf("<%s/categories?limit=%d&after_id=%d>; rel=\"next\"", l.publicURL, limit, page[len(page)-1].ID)
-		w.Header().Set("Link", next)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(page); err != nil {
+		return nil, err
 	}
-	writeJSON(w, http.StatusOK, page)
+	snap := newSnapshot(gen, buf.Bytes())
+	if int64(len(page)) == key.limit {
+		snap.full = true
+		snap.linkHeader = []string{fmt.Sprintf("<%s/categories?limit=%d&after_id=%d>; rel=\"next\"", l.publicURL, key.limit, page[len(page)-1].ID)}
+	}
+	if len(snap.body) <= maxCachedPage && (snap.full || l.store.CategoriesGen() == gen) {
+		l.pages.Add(key, snap)
+	}
+	return snap, nil
 }

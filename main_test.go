@@ -826,6 +826,23 @@ func TestCategoryListCacheAndPages(t *testing.T) {
 	if r := ts.do(t, "GET", "/v1/categories?after_id=6", ts.key, ""); string(r.body) != "[]\n" {
 		t.Errorf("past the end: %s", r.body)
 	}
+	// Pages are cached: a full page stays as it is (ids only grow), a page
+	// at the end of the list sees the next write, and both have ETags.
+	first := ts.do(t, "GET", "/v1/categories?limit=4", ts.key, "")
+	if tag := first.header.Get("ETag"); tag == "" || ts.do(t, "GET", "/v1/categories?limit=4", ts.key, "", "If-None-Match", tag).status != 304 {
+		t.Errorf("first page: ETag %q, not answered with 304 when the client has it", tag)
+	}
+	ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"c6"}`)
+	if r := ts.do(t, "GET", "/v1/categories?limit=4", ts.key, ""); string(r.body) != string(first.body) || r.header.Get("ETag") != first.header.Get("ETag") {
+		t.Errorf("first page changed after a write past it: %s", r.body)
+	}
+	r = ts.do(t, "GET", "/v1/categories?limit=4&after_id=4", ts.key, "")
+	if page := decode[[]Category](t, r); len(page) != 3 || page[2].Name != "c6" {
+		t.Errorf("last page after a write: %s (stale?)", r.body)
+	}
+	if page := decode[[]Category](t, ts.do(t, "GET", "/v1/categories?after_id=6", ts.key, "")); len(page) != 1 || page[0].Name != "c6" {
+		t.Errorf("the page that was past the end, after a write: %v", page)
+	}
 	for _, q := range []string{"limit=0", "limit=1001", "limit=x", "after_id=-1", "after_id=1.5"} {
 		wantError(t, ts.do(t, "GET", "/v1/categories?"+q, ts.key, ""), 400, "validation_failed")
 	}
