@@ -162,28 +162,16 @@ func (kr *keyring) lookup(key string) *apiKey {
 	return k
 }
 
-type keyCtxKey struct{}
-
-// withKey returns ctx carrying the authenticated key k.
-func withKey(ctx context.Context, k *apiKey) context.Context {
-	return context.WithValue(ctx, keyCtxKey{}, k)
-}
-
-// keyFrom returns the key that authenticated the request, or nil.
-func keyFrom(ctx context.Context) *apiKey {
-	k, _ := ctx.Value(keyCtxKey{}).(*apiKey)
-	return k
-}
-
 var errUnauthorized = &apiError{Status: http.StatusUnauthorized, Code: "unauthorized",
 	Message: "a valid API key is required: send Authorization: Bearer <key>"}
 
 // requireKey lets a request through to next only when limitRequests found
-// a usable key in it. Every failure gets the same answer, so that it reveals
+// a usable key in it and noted the key's id on the request log's recorder
+// (no id, or no recorder at all, is a 401). Every failure gets the same answer, so that it reveals
 // nothing about which keys exist.
 func requireKey(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if keyFrom(r.Context()) == nil {
+		if rec := recorderOf(w); rec == nil || rec.keyID == 0 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="petstore"`)
 			writeError(w, r, errUnauthorized)
 			return

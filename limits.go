@@ -615,8 +615,9 @@ func limCeilDiv(a, b int64) int64 {
 }
 
 // limitRequests applies the rate limits to every request under /v1/, before
-// routing: a request with a usable key counts against that key (and carries
-// it on, in its context, to requireKey), any other against its client
+// routing: a request with a usable key counts against that key (and its id,
+// noted on the request log's recorder, lets it past requireKey), any other
+// against its client
 // address. Every response under /v1/ gets the binding window's headers; a
 // refused request gets 429 and goes no further.
 func limitRequests(lim *limiter, keys *keyring, trustProxy bool, m *serverMetrics, next http.Handler) http.Handler {
@@ -640,9 +641,6 @@ func limitRequests(lim *limiter, keys *keyring, trustProxy bool, m *serverMetric
 			m.refused(d.Code)
 			writeError(w, r, refusal(d))
 			return
-		}
-		if k != nil {
-			r = r.WithContext(withKey(r.Context(), k))
 		}
 		next.ServeHTTP(w, r)
 	})
