@@ -312,6 +312,9 @@ func FuzzFoldName(f *testing.F) {
 			return
 		}
 		k := foldName(s)
+		if full := foldUnicode(s); k != full {
+			t.Fatalf("foldName(%+q) = %+q, but the full folding gives %+q", s, k, full)
+		}
 		if again := foldName(k); again != k {
 			t.Fatalf("foldName is not idempotent: foldName(%+q) = %+q, foldName of that = %+q", s, k, again)
 		}
