@@ -344,8 +344,8 @@ func each[T any](ctx context.Context, db *sql.DB, what string, scan func(*sql.Ro
 // insertID runs the prepared INSERT stmt in tx and sets *id to the new
 // row's id. Exec and LastInsertId cost less than INSERT ... RETURNING
 // read through a Rows (BenchmarkGroupCommitCreate: see BENCHMARKS.md).
-func insertID(tx *sql.Tx, stmt *sql.Stmt, id *int64, args ...any) error {
-	res, err := tx.Stmt(stmt).Exec(args...)
+func insertID(tx *batchTx, stmt *sql.Stmt, id *int64, args ...any) error {
+	res, err := tx.stmt(stmt).Exec(args...)
 	if err != nil {
 		return err
 	}
@@ -364,7 +364,7 @@ type Category struct {
 // A name that folds like an existing one is errConflict.
 func (s *Store) CreateCategory(ctx context.Context, name, fold string, description *string) (Category, error) {
 	c := Category{Name: name, Description: description}
-	err := s.group.write(ctx, func(tx *sql.Tx) error {
+	err := s.group.write(ctx, func(tx *batchTx) error {
 		return insertID(tx, s.insertCategory, &c.ID, name, fold, description)
 	})
 	if isUniqueViolation(err) {
@@ -414,7 +414,7 @@ type Pet struct {
 
 // CreatePet inserts a pet; a category that does not exist is errNoReference.
 func (s *Store) CreatePet(ctx context.Context, p Pet) (Pet, error) {
-	err := s.group.write(ctx, func(tx *sql.Tx) error {
+	err := s.group.write(ctx, func(tx *batchTx) error {
 		return insertID(tx, s.insertPet, &p.ID, p.Name, p.CategoryID, p.Status)
 	})
 	if isForeignKeyViolation(err) {
@@ -470,7 +470,7 @@ type Order struct {
 // CreateOrder places an order; a pet that does not exist is errNoReference.
 func (s *Store) CreateOrder(ctx context.Context, petID, quantity int64) (Order, error) {
 	o := Order{PetID: petID, Quantity: quantity, Status: "placed", CreatedAt: s.now().UTC().Format(time.RFC3339)}
-	err := s.group.write(ctx, func(tx *sql.Tx) error {
+	err := s.group.write(ctx, func(tx *batchTx) error {
 		return insertID(tx, s.insertOrder, &o.ID, o.PetID, o.Quantity, o.Status, o.CreatedAt)
 	})
 	if isForeignKeyViolation(err) {

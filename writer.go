@@ -14,7 +14,7 @@ const maxBatch = 256
 // writeJob is one write waiting for the group commit.
 type writeJob struct {
 	ctx  context.Context
-	run  func(tx *sql.Tx) error
+	run  func(tx *batchTx) error
 	done chan error
 }
 
@@ -44,7 +44,7 @@ func newGroupCommitter(db *sql.DB) *groupCommitter {
 // write runs fn, which must execute exactly one SQL statement, in a
 // transaction shared with other writes, and returns once that transaction
 // is committed (and fn's work durable) or has failed.
-func (g *groupCommitter) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+func (g *groupCommitter) write(ctx context.Context, fn func(tx *batchTx) error) error {
 	job := &writeJob{ctx: ctx, run: fn, done: make(chan error, 1)}
 	select {
 	case g.jobs <- job:
@@ -105,14 +105,34 @@ func (g *groupCommitter) loop() {
 	}
 }
 
+// batchTx is the transaction that a batch of writes shares.
+type batchTx struct {
+	*sql.Tx
+	stmts [][2]*sql.Stmt // prepared statements and their forms in this transaction
+}
+
+// stmt returns s for use in the transaction, made once per batch rather
+// than once per write.
+func (tx *batchTx) stmt(s *sql.Stmt) *sql.Stmt {
+	for _, p := range tx.stmts {
+		if p[0] == s {
+			return p[1]
+		}
+	}
+	ts := tx.Stmt(s)
+	tx.stmts = append(tx.stmts, [2]*sql.Stmt{s, ts})
+	return ts
+}
+
 func (g *groupCommitter) commit(batch []*writeJob) {
 	results := make([]error, len(batch))
 	err := func() error {
-		tx, err := g.db.Begin()
+		sqlTx, err := g.db.Begin()
 		if err != nil {
 			return describe(err)
 		}
-		defer tx.Rollback()
+		defer sqlTx.Rollback()
+		tx := &batchTx{Tx: sqlTx}
 		for i, j := range batch {
 			if err := j.ctx.Err(); err != nil {
 				results[i] = err // the client is gone: do not write for it
