@@ -130,7 +130,11 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 	if r.ContentLength > maxBodyBytes { // refuse before waiting for it
 		return errorf(http.StatusRequestEntityTooLarge, "payload_too_large", "the request body is larger than %d bytes", maxBodyBytes)
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	buf := bodyBuffers.Get().(*bytes.Buffer)
+	defer putBodyBuffer(buf) // the decoded values are copies; nothing keeps the bytes
+	buf.Reset()
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	body := buf.Bytes()
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
@@ -171,6 +175,16 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 		return jsonError(err)
 	}
 	return nil
+}
+
+// bodyBuffers holds the buffers that request bodies are read into.
+var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// putBodyBuffer returns buf to the pool, unless a large body made it large.
+func putBodyBuffer(buf *bytes.Buffer) {
+	if buf.Cap() <= 8<<10 {
+		bodyBuffers.Put(buf)
+	}
 }
 
 // maxJSONDepth bounds the nesting of a request body: the API's objects are
