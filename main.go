@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/signal"
 	"path"
-	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -83,7 +82,6 @@ type serveConfig struct {
 
 // serve runs the API server until ctx ends, then shuts it down gracefully.
 func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
-	atLeastTwoProcs()
 	logs := &logWriter{w: stderr}
 	defer logs.Flush() // registered first: runs after every other deferred log line
 	logger := newLogger(cfg.logFormat, cfg.logLevel, logs)
@@ -115,7 +113,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 			}
 		},
 	})
-	metrics := newServerMetrics(lim)
+	metrics := newServerMetrics(lim, store)
 	keys := newKeyring(store, cfg.env, func(k *apiKey) { lim.setBan(k.ID, k.BannedUntil) })
 	if err := keys.refresh(ctx); err != nil {
 		return err
@@ -184,19 +182,6 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		}
 	}
 	return nil
-}
-
-// atLeastTwoProcs gives the Go scheduler two Ps even on one CPU (a VM with
-// one core, or a server pinned with taskset), unless GOMAXPROCS is set.
-// SQLite's fsync is a blocking system call that holds its P: with only one,
-// no request is read or answered while a commit waits for the disk, so
-// group commit never finds more than one write waiting. Measured with the
-// server pinned to one CPU and 32 clients: 4,588 creates/s with one P,
-// 14,346 with two (and 11,026 with four).
-func atLeastTwoProcs() {
-	if os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) < 2 {
-		runtime.GOMAXPROCS(2)
-	}
 }
 
 // newHTTPServer returns an http.Server for h with timeouts that keep slow

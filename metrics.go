@@ -31,7 +31,7 @@ type routeMetrics struct {
 	byStatus  map[int]*vm.Counter
 }
 
-func newServerMetrics(lim *limiter) *serverMetrics {
+func newServerMetrics(lim *limiter, store *Store) *serverMetrics {
 	set := vm.NewSet()
 	m := &serverMetrics{set: set, refusals: map[string]*vm.Counter{}, routes: map[string]*routeMetrics{}}
 	for _, reason := range []string{"rate_limited", "quota_exceeded", "key_banned"} {
@@ -39,6 +39,8 @@ func newServerMetrics(lim *limiter) *serverMetrics {
 	}
 	m.bans = set.NewCounter("petstore_bans_total")
 	m.dbErrors = set.NewCounter("petstore_db_errors_total")
+	set.NewGauge("petstore_group_commit_batches_total", func() float64 { b, _ := store.group.stats(); return float64(b) })
+	set.NewGauge("petstore_group_commit_writes_total", func() float64 { _, w := store.group.stats(); return float64(w) })
 	set.NewGauge("petstore_limiter_tracked_keys", func() float64 { return float64(lim.stats().keys) })
 	set.NewGauge("petstore_limiter_tracked_addrs", func() float64 { return float64(lim.stats().addrs) })
 	set.NewGauge(`petstore_build_info{version="`+buildVersion()+`",goversion="`+runtime.Version()+`"}`, func() float64 { return 1 })

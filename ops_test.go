@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -219,6 +218,8 @@ func TestMetricsCountRequests(t *testing.T) {
 		`petstore_http_requests_total{route="unmatched",status="404"} 1`,
 		`petstore_http_request_duration_seconds_count{route="GET /v1/categories"} 4`,
 		`petstore_db_errors_total 0`,
+		"petstore_group_commit_batches_total 1\n",
+		"petstore_group_commit_writes_total 1\n",
 		`petstore_build_info{version="`,
 		`process_resident_memory_bytes`,
 	} {
@@ -273,28 +274,5 @@ func TestLogsNeverContainKeys(t *testing.T) {
 	}
 	if lines < 20 {
 		t.Errorf("%d request lines logged, want one per request (20)", lines)
-	}
-}
-
-// A server on one CPU still gets two Ps, so that a commit waiting for
-// fsync does not stop every request; an explicit GOMAXPROCS is obeyed.
-func TestAtLeastTwoProcs(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
-	t.Setenv("GOMAXPROCS", "")
-	runtime.GOMAXPROCS(1)
-	atLeastTwoProcs()
-	if got := runtime.GOMAXPROCS(0); got != 2 {
-		t.Errorf("one CPU: GOMAXPROCS = %d, want 2", got)
-	}
-	runtime.GOMAXPROCS(3)
-	atLeastTwoProcs()
-	if got := runtime.GOMAXPROCS(0); got != 3 {
-		t.Errorf("three CPUs: GOMAXPROCS = %d, want 3 (left alone)", got)
-	}
-	t.Setenv("GOMAXPROCS", "1")
-	runtime.GOMAXPROCS(1)
-	atLeastTwoProcs()
-	if got := runtime.GOMAXPROCS(0); got != 1 {
-		t.Errorf("GOMAXPROCS=1 set by the operator: got %d, want 1", got)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -79,4 +80,34 @@ func TestGroupCommitAfterClose(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a create after close hung")
 	}
+}
+
+// TestGroupCommitBatchesOnOneCPU checks that with one P, where a blocking
+// fsync stops every goroutine, the writers waiting still share batches:
+// the loop yields to them before it commits.
+func TestGroupCommitBatchesOnOneCPU(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	s := testStore(t, filepath.Join(t.TempDir(), "b.db"), true)
+	const writers, each = 32, 20
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				name := fmt.Sprintf("w%d-%d", w, i)
+				if _, err := s.CreateCategory(context.Background(), name, name, nil); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	batches, writes := s.group.stats()
+	if writes != writers*each {
+		t.Fatalf("%d writes counted, want %d", writes, writers*each)
+	}
+	if avg := float64(writes) / float64(batches); avg < 4 {
+		t.Errorf("%d writes in %d batches (%.1f a batch) with 32 writers on one P; want at least 4 a batch", writes, batches, avg)
+	}
+	t.Logf("%d writes in %d batches", writes, batches)
 }
