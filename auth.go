@@ -167,8 +167,8 @@ var errUnauthorized = &apiError{Status: http.StatusUnauthorized, Code: "unauthor
 
 // requireKey lets a request through to next only when limitRequests found
 // a usable key in it and noted the key's id on the request log's recorder
-// (no id, or no recorder at all, is a 401). Every failure gets the same answer, so that it reveals
-// nothing about which keys exist.
+// (no id, or no recorder at all, is a 401). Every failure gets the same
+// answer, so that it reveals nothing about which keys exist.
 func requireKey(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if rec := recorderOf(w); rec == nil || rec.keyID == 0 {

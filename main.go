@@ -258,14 +258,10 @@ func (cfg serveConfig) petsDeprecation() deprecation {
 
 // newServer returns the whole API: the route table and the middleware chain.
 func newServer(logger *slog.Logger, reqLog *requestLog, store *Store, keys *keyring, lim *limiter, m *serverMetrics, cfg serveConfig) http.Handler {
-	mux := http.NewServeMux()
-	for _, rt := range apiRoutes(store, cfg) {
-		mux.Handle(rt.pattern, rt.handler)
-	}
-	mux.Handle("GET /healthz", handleHealth(cfg.env))
-	mux.Handle("GET /readyz", handleReady(store))
-
-	var h http.Handler = jsonFallbacks(mux)
+	routes := append(apiRoutes(store, cfg),
+		route{"GET /healthz", handleHealth(cfg.env)},
+		route{"GET /readyz", handleReady(store)})
+	h := newRouter(routes)
 	h = limitRequests(lim, keys, cfg.trustProxy, m, h)
 	h = areaHeaders(cfg.petsDeprecation(), h)
 	h = recoverPanics(logger, h)
@@ -277,11 +273,11 @@ func newServer(logger *slog.Logger, reqLog *requestLog, store *Store, keys *keyr
 // newAdminServer returns what the admin listener serves: metrics and the
 // health checks, never the API.
 func newAdminServer(store *Store, m *serverMetrics, cfg serveConfig) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", handleMetrics(m))
-	mux.Handle("GET /healthz", handleHealth(cfg.env))
-	mux.Handle("GET /readyz", handleReady(store))
-	return jsonFallbacks(mux)
+	return newRouter([]route{
+		{"GET /metrics", handleMetrics(m)},
+		{"GET /healthz", handleHealth(cfg.env)},
+		{"GET /readyz", handleReady(store)},
+	})
 }
 
 func handleHealth(env string) http.Handler {
@@ -305,23 +301,20 @@ func handleReady(store *Store) http.Handler {
 	})
 }
 
-// jsonFallbacks serves mux, answering what it does not route (404, 405 with
-// Allow, and the redirects of non-canonical paths) with a JSON Error instead
-// of the mux's plain text.
-func jsonFallbacks(mux *http.ServeMux) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !isCanonicalPath(r.URL.Path) {
-			writeError(w, r, errorf(http.StatusNotFound, "not_found", "no such path: %s (paths must not contain . or .. segments or empty segments)", r.URL.Path))
-			return
-		}
-		h, pattern := mux.Handler(r)
-		if pattern != "" {
-			if rec := recorderOf(w); rec != nil {
-				rec.pattern = pattern
-			}
-			mux.ServeHTTP(w, r)
-			return
-		}
+// newRouter routes requests to routes, and answers what they do not match
+// (404, 405 with Allow, and the redirects of non-canonical paths) with a
+// JSON Error instead of the mux's plain text. A request is matched once: a
+// catch-all "/" takes what the routes do not, and only then asks a second
+// mux, of the routes alone, whether the path exists with other methods.
+func newRouter(routes []route) http.Handler {
+	known := http.NewServeMux()
+	mux := http.NewServeMux()
+	for _, rt := range routes {
+		known.Handle(rt.pattern, rt.handler)
+		mux.Handle(rt.pattern, notePattern(rt.handler))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		h, _ := known.Handler(r)
 		probe := &headerProbe{header: http.Header{}}
 		h.ServeHTTP(probe, r)
 		if probe.status == http.StatusMethodNotAllowed {
@@ -331,6 +324,23 @@ func jsonFallbacks(mux *http.ServeMux) http.Handler {
 			return
 		}
 		writeError(w, r, errorf(http.StatusNotFound, "not_found", "no such path: %s", r.URL.Path))
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !isCanonicalPath(r.URL.Path) {
+			writeError(w, r, errorf(http.StatusNotFound, "not_found", "no such path: %s (paths must not contain . or .. segments or empty segments)", r.URL.Path))
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// notePattern tells the request log which route matched.
+func notePattern(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rec := recorderOf(w); rec != nil {
+			rec.pattern = r.Pattern
+		}
+		next.ServeHTTP(w, r)
 	})
 }
 
