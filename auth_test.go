@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/sha256"
 	"strings"
 	"testing"
 )
@@ -69,5 +70,16 @@ func TestKeyFormat(t *testing.T) {
 		if got := validKeyFormat(tt.key, "production"); got != tt.want {
 			t.Errorf("validKeyFormat(%q) = %v, want %v", tt.key, got, tt.want)
 		}
+	}
+}
+
+// Every authenticated request hashes its key: that must not allocate.
+func TestHashKeyDoesNotAllocate(t *testing.T) {
+	key := newKeySecret("production")
+	if n := testing.AllocsPerRun(100, func() { hashKey(key) }); n != 0 {
+		t.Errorf("hashKey allocates %.0f times", n)
+	}
+	if hashKey(key) != sha256.Sum256([]byte(key)) {
+		t.Error("hashKey is not the SHA-256 of the key")
 	}
 }
