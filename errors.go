@@ -39,8 +39,10 @@ const retryAfterUnavailable = "5"
 
 // writeJSON writes v as the JSON body of a response with the given status.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
+	buf := bodyBuffers.Get().(*bytes.Buffer)
+	defer putBodyBuffer(buf) // Write has copied the bytes by the time it returns
+	buf.Reset()
+	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
 	var body []byte
 	if err := enc.Encode(v); err != nil {
@@ -50,7 +52,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		body = buf.Bytes()
 	}
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
+	h["Content-Type"] = jsonContentType
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
 	w.Write(body)
