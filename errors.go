@@ -157,7 +157,10 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 	if shapeErr != nil {
 		return shapeErr
 	}
-	if !json.Valid(body) { // the decoder names the first error
+	// Unmarshal checks the whole body before it decodes any of it.
+	err = json.Unmarshal(body, dst)
+	var syntaxErr *json.SyntaxError
+	if errors.As(err, &syntaxErr) { // the decoder names the first error
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(dst); err != nil {
@@ -173,7 +176,7 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 			return errorf(http.StatusBadRequest, "validation_failed", "unknown field %q", k)
 		}
 	}
-	if err := json.Unmarshal(body, dst); err != nil {
+	if err != nil {
 		return jsonError(err)
 	}
 	return nil
