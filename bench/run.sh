@@ -14,7 +14,7 @@ need() { command -v "$1" >/dev/null || { apt-get update -qq && apt-get install -
 need wrk wrk; need taskset util-linux; need curl curl
 [[ $QUICK == 1 ]] || need sqlite3 sqlite3
 
-OUT=bench/out; mkdir -p "$OUT/wrk"
+OUT=bench/out; mkdir -p "$OUT/wrk"; rm -f "$OUT"/wrk/*.txt
 TMP=$(mktemp -d)
 PIDS=()
 cleanup() {
@@ -63,16 +63,22 @@ to_ms() { # wrk latency such as 812.00us, 1.20ms, 1.01s
 }
 median() { sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 
-# load label url [wrk args...]: warm-up, then RUNS timed runs; sets RPS P50 P99
-# (medians of each) and BAD (non-2xx answers and socket errors of all runs).
-load() {
-	local label=$1 url=$2; shift 2
-	local rps=() p50=() p99=() f
-	BAD=0
+# warm url [wrk args...]: a warm-up run, not recorded.
+warm() {
+	local url=$1; shift
 	RUN_PREFIX="w$RANDOM$RANDOM" taskset -c 0 wrk -t1 -c32 -d"$WARMUP" "$@" "$url" >/dev/null
-	for i in $(seq "$RUNS"); do
-		f="$OUT/wrk/$label-$i.txt"
-		RUN_PREFIX="r$RANDOM$RANDOM$i" taskset -c 0 wrk -t1 -c32 -d"$DURATION" --latency "$@" "$url" >"$f"
+}
+# run_once label i url [wrk args...]: timed run i, kept in $OUT/wrk/label-i.txt.
+run_once() {
+	local label=$1 i=$2 url=$3; shift 3
+	RUN_PREFIX="r$RANDOM$RANDOM$i" taskset -c 0 wrk -t1 -c32 -d"$DURATION" --latency "$@" "$url" >"$OUT/wrk/$label-$i.txt"
+}
+# summarize label: sets RPS P50 P99 (medians of the label's runs) and BAD
+# (non-2xx answers and socket errors of all its runs).
+summarize() {
+	local label=$1 rps=() p50=() p99=() f
+	BAD=0
+	for f in "$OUT/wrk/$label"-*.txt; do
 		rps+=("$(awk '/^Requests\/sec/ {print $2}' "$f")")
 		p50+=("$(to_ms "$(awk '$1 == "50%" {print $2}' "$f")")")
 		p99+=("$(to_ms "$(awk '$1 == "99%" {print $2}' "$f")")")
@@ -83,6 +89,13 @@ load() {
 	P99=$(printf '%s\n' "${p99[@]}" | median)
 	[[ $BAD == 0 ]] || log "$label: $BAD failed requests (see $OUT/wrk/$label-*.txt)"
 	log "$label: $RPS req/s, p50 $P50 ms, p99 $P99 ms"
+}
+# load label url [wrk args...]: warm-up, RUNS timed runs, summarize.
+load() {
+	local label=$1 url=$2; shift 2
+	warm "$url" "$@"
+	for i in $(seq "$RUNS"); do run_once "$label" "$i" "$url" "$@"; done
+	summarize "$label"
 }
 
 ROWS=()
@@ -104,26 +117,45 @@ done
 petstore backup --db "$DB" "$TMP/seeded.db" >/dev/null 2>&1 # for the start-up row: 100 rows, not 100 + POSTs
 curl -s "${AUTH[@]}" "$P/v1/categories" >"$TMP/list.json"
 
-load get-petstore "$P/v1/categories" "${AUTH[@]}"
-G_RPS=$RPS G_P50=$P50 G_P99=$P99 G_BAD=$(note)
-load post-petstore "$P/v1/categories" "${AUTH[@]}" -s bench/post.lua
-C_RPS=$RPS C_P50=$P50 C_P99=$P99 C_BAD=$(note)
-RSS=$(hwm_mib "$PID")
-stop "$PID"
-
-# --- baseline --------------------------------------------------------------
+# The baseline runs beside petstore, also on CPU 1, and the timed runs
+# alternate between the two (petstore, baseline, petstore, ...): this
+# machine's speed drifts by 10-30% over minutes, and alternating puts both
+# servers under the same drift. The idle one uses no CPU.
+PS_PID=$PID
 PORT=$(free_port)
 start baseline "$TMP/baseline" -addr "127.0.0.1:$PORT"
+B_PID=$PID
 B="http://127.0.0.1:$PORT"
 wait_up "$B/healthz"
 # Row 1 compares like with like only if both send the same bytes.
 cmp -s <(curl -s "$B/v1/categories") "$TMP/list.json" || log "WARNING: baseline and petstore GET bodies differ"
-load get-baseline "$B/v1/categories"
+
+warm "$P/v1/categories" "${AUTH[@]}"
+warm "$B/v1/categories"
+for i in $(seq "$RUNS"); do
+	run_once get-petstore "$i" "$P/v1/categories" "${AUTH[@]}"
+	run_once get-baseline "$i" "$B/v1/categories"
+done
+summarize get-petstore
+G_RPS=$RPS G_P50=$P50 G_P99=$P99 G_BAD=$(note)
+summarize get-baseline
 BG_RPS=$RPS BG_P50=$P50 BG_P99=$P99
-load post-baseline "$B/v1/categories" -s bench/post.lua
+
+warm "$P/v1/categories" "${AUTH[@]}" -s bench/post.lua
+warm "$B/v1/categories" -s bench/post.lua
+for i in $(seq "$RUNS"); do
+	run_once post-petstore "$i" "$P/v1/categories" "${AUTH[@]}" -s bench/post.lua
+	run_once post-baseline "$i" "$B/v1/categories" -s bench/post.lua
+done
+summarize post-petstore
+C_RPS=$RPS C_P50=$P50 C_P99=$P99 C_BAD=$(note)
+summarize post-baseline
 BC_RPS=$RPS BC_P50=$P50 BC_P99=$P99
-B_RSS=$(hwm_mib "$PID")
-stop "$PID"
+
+RSS=$(hwm_mib "$PS_PID")
+stop "$PS_PID"
+B_RSS=$(hwm_mib "$B_PID")
+stop "$B_PID"
 
 row 1 "GET /v1/categories, 100 rows: petstore${G_BAD}" "$G_RPS" "$G_P50" "$G_P99" "" "" "$(ratio "$G_RPS" "$BG_RPS")" ">= 0.80 x, p99 <= 5 ms" \
 	"$(ok "$G_RPS >= 0.8 * $BG_RPS && $G_P99 <= 5")"
@@ -148,7 +180,7 @@ row 5 "exec to first 2xx: baseline" "" "" "" "" "$B_UP ms" 1.00 "" ""
 
 # --- 1,000,000 categories --------------------------------------------------
 if [[ $QUICK != 1 ]]; then
-		sqlite3 "$DB" ".backup $TMP/big.db"
+	sqlite3 "$DB" ".backup $TMP/big.db"
 	N=$(sqlite3 "$TMP/big.db" 'SELECT count(*) FROM categories')
 	log "seeding $((BIG - N)) rows with SQL (table has $N)"
 	# Through the API this would take many minutes; one transaction takes seconds.
