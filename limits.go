@@ -617,9 +617,8 @@ func limCeilDiv(a, b int64) int64 {
 // limitRequests applies the rate limits to every request under /v1/, before
 // routing: a request with a usable key counts against that key (and its id,
 // noted on the request log's recorder, lets it past requireKey), any other
-// against its client
-// address. Every response under /v1/ gets the binding window's headers; a
-// refused request gets 429 and goes no further.
+// against its client address. Every response under /v1/ gets the binding
+// window's headers; a refused request gets 429 and goes no further.
 func limitRequests(lim *limiter, keys *keyring, trustProxy bool, m *serverMetrics, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1" && !strings.HasPrefix(r.URL.Path, "/v1/") {

@@ -314,9 +314,13 @@ func newRouter(routes []route) http.Handler {
 		mux.Handle(rt.pattern, notePattern(rt.handler))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		h, _ := known.Handler(r)
+		// Only the mux's own 404 and 405 handlers are probed, never a route:
+		// a route's pattern would have matched before "/" did.
+		h, pattern := known.Handler(r)
 		probe := &headerProbe{header: http.Header{}}
-		h.ServeHTTP(probe, r)
+		if pattern == "" {
+			h.ServeHTTP(probe, r)
+		}
 		if probe.status == http.StatusMethodNotAllowed {
 			allow := probe.header.Get("Allow")
 			w.Header().Set("Allow", allow)
