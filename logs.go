@@ -149,8 +149,8 @@ func (e *requestLine) appendText(b []byte, t time.Time, level slog.Level) []byte
 }
 
 // appendTextString appends s bare, or quoted when slog's TextHandler would
-// quote it: empty, or holding a space, "=", a quote, a control character,
-// a non-printing rune or invalid UTF-8.
+// quote it: empty, or holding a space, "=", a quote, a control character
+// below 0x20, a non-printing or space rune beyond ASCII, or invalid UTF-8.
 func appendTextString(b []byte, s string) []byte {
 	if !textNeedsQuoting(s) {
 		return append(b, s...)
@@ -165,7 +165,7 @@ func textNeedsQuoting(s string) bool {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c == ' ' || c == '=' || c == '"' || c < 0x20 || c == 0x7f {
+			if c == ' ' || c == '=' || c == '"' || c < 0x20 { // slog leaves DEL (0x7f) bare
 				return true
 			}
 			i++

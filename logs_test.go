@@ -14,7 +14,13 @@ import (
 func TestRequestLogMatchesSlog(t *testing.T) {
 	strs := []string{
 		"", "GET", "POST /v1/categories", "a=b", `say "hi"`, `back\slash`, "tab\there", "new\nline",
-		"\x00\x1f\x7f", "école", "日本", "\u2028\u2029", "\xff\xfe", "a\u00a0b", "\u200b", "<&>", "127.0.0.1:8080", "[::1]:443",
+		"\x00\x1f\x7f", "a\x7fb", "école", "日本", "\u2028\u2029", "\xff\xfe", "a\u00a0b", "\u200b", "<&>", "127.0.0.1:8080", "[::1]:443",
+	}
+	for b := range 256 { // every byte, alone in a string
+		strs = append(strs, "a"+string([]byte{byte(b)})+"b")
+	}
+	for _, r := range []rune{0x85, 0xa0, 0xad, 0x200b, 0x200e, 0x2028, 0x3000, 0xfeff, 0xfffd, 0x10ffff, 0x1f436} {
+		strs = append(strs, "a"+string(r)+"b")
 	}
 	zones := []*time.Location{time.UTC, time.FixedZone("X", -(3*3600 + 30*60))}
 	for _, format := range []string{"text", "json"} {
