@@ -120,7 +120,8 @@ curl -s "${AUTH[@]}" "$P/v1/categories" >"$TMP/list.json"
 # The baseline runs beside petstore, also on CPU 1, and the timed runs
 # alternate between the two (petstore, baseline, petstore, ...): this
 # machine's speed drifts by 10-30% over minutes, and alternating puts both
-# servers under the same drift. The idle one uses no CPU.
+# servers under the same drift. The idle one uses next to no CPU (petstore
+# wakes ten times a second to flush its log, and polls its keys once).
 PS_PID=$PID
 PORT=$(free_port)
 start baseline "$TMP/baseline" -addr "127.0.0.1:$PORT"
