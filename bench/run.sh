@@ -121,7 +121,7 @@ curl -s "${AUTH[@]}" "$P/v1/categories" >"$TMP/list.json"
 # alternate between the two (petstore, baseline, petstore, ...): this
 # machine's speed drifts by 10-30% over minutes, and alternating puts both
 # servers under the same drift. The idle one uses next to no CPU (petstore
-# wakes ten times a second to flush its log, and polls its keys once).
+# wakes ten times a second to flush its log, and once to poll its keys).
 PS_PID=$PID
 PORT=$(free_port)
 start baseline "$TMP/baseline" -addr "127.0.0.1:$PORT"
