@@ -12,44 +12,71 @@ import (
 )
 
 // logWriter buffers the log so that a request does not wait for a write to
-// stderr: lines go out every 100 ms, when 64 KiB have gathered, and on exit.
-// A crash loses at most the last 100 ms of log, never a write to the
-// database.
+// stderr: a request only appends to the buffer, and flushEvery writes it out
+// every 100 ms, as soon as 64 KiB have gathered, and on exit. Only when the
+// output falls behind by logBufferMax does a request write the buffer out
+// itself, so that memory stays bounded and no line is lost. A crash loses at
+// most the last 100 ms of log, never a write to the database.
 type logWriter struct {
-	mu  sync.Mutex
-	w   io.Writer
-	buf []byte
+	mu    sync.Mutex // guards buf
+	buf   []byte
+	spare []byte // the buffer being written out, reused for the next one
+
+	wmu  sync.Mutex // serializes writes to w
+	w    io.Writer
+	full chan struct{} // wakes flushEvery early; nil when nothing runs it
+}
+
+const (
+	logBufferFlush = 64 << 10 // wake the flusher
+	logBufferMax   = 4 << 20  // stop waiting for it
+)
+
+func newLogWriter(w io.Writer) *logWriter {
+	return &logWriter{w: w, full: make(chan struct{}, 1)}
 }
 
 func (l *logWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.buf = append(l.buf, p...)
-	l.flushIfFull()
+	behind := l.filled()
+	l.mu.Unlock()
+	if behind {
+		l.Flush()
+	}
 	return len(p), nil
 }
 
-// Flush writes out what is buffered.
+// filled wakes the flusher when the buffer holds logBufferFlush, and reports
+// whether it holds logBufferMax, when the caller should flush it itself.
+// l.mu must be held.
+func (l *logWriter) filled() (behind bool) {
+	if len(l.buf) >= logBufferFlush {
+		select {
+		case l.full <- struct{}{}:
+		default:
+		}
+	}
+	return len(l.buf) >= logBufferMax
+}
+
+// Flush writes out what is buffered. New lines go into the other buffer
+// meanwhile.
 func (l *logWriter) Flush() {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.flushLocked()
-}
-
-func (l *logWriter) flushIfFull() {
-	if len(l.buf) >= 64<<10 {
-		l.flushLocked()
+	buf := l.buf
+	l.buf = l.spare[:0]
+	l.mu.Unlock()
+	if len(buf) > 0 {
+		l.w.Write(buf)
 	}
+	l.spare = buf[:0] // only Flush touches spare, and wmu is held
 }
 
-func (l *logWriter) flushLocked() {
-	if len(l.buf) > 0 {
-		l.w.Write(l.buf)
-		l.buf = l.buf[:0]
-	}
-}
-
-// flushEvery flushes the log every interval until ctx ends.
+// flushEvery flushes the log every interval, and when the buffer fills,
+// until ctx ends.
 func (l *logWriter) flushEvery(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -59,8 +86,9 @@ func (l *logWriter) flushEvery(ctx context.Context, interval time.Duration) {
 			l.Flush()
 			return
 		case <-t.C:
-			l.Flush()
+		case <-l.full:
 		}
+		l.Flush()
 	}
 }
 
@@ -110,13 +138,16 @@ func (l *requestLog) write(t time.Time, e *requestLine) {
 		return
 	}
 	l.out.mu.Lock()
-	defer l.out.mu.Unlock()
 	if l.json {
 		l.out.buf = e.appendJSON(l.out.buf, t, level)
 	} else {
 		l.out.buf = e.appendText(l.out.buf, t, level)
 	}
-	l.out.flushIfFull()
+	behind := l.out.filled()
+	l.out.mu.Unlock()
+	if behind {
+		l.out.Flush()
+	}
 }
 
 // appendText appends the line as slog's TextHandler writes it.

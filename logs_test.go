@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -89,6 +92,58 @@ func TestRequestLogLevels(t *testing.T) {
 		newRequestLog("text", tt.min, out).write(time.Now(), &requestLine{status: tt.status})
 		if logged := len(out.buf) > 0; logged != tt.logged {
 			t.Errorf("level %v, status %d: logged %v, want %v", tt.min, tt.status, logged, tt.logged)
+		}
+	}
+}
+
+// gateWriter holds every Write until gate is closed.
+type gateWriter struct {
+	gate chan struct{}
+	mu   sync.Mutex
+	b    bytes.Buffer
+}
+
+func (g *gateWriter) Write(p []byte) (int, error) {
+	<-g.gate
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.b.Write(p)
+}
+
+// A request never waits for the log output: with stderr stuck, 2,000 lines
+// (well past the 64 KiB that wakes the flusher) are logged at once, and
+// every one comes out, in order, when the output moves again.
+func TestRequestLogDoesNotWaitForOutput(t *testing.T) {
+	out := &gateWriter{gate: make(chan struct{})}
+	logs := newLogWriter(out)
+	ctx, cancel := context.WithCancel(context.Background())
+	flushed := make(chan struct{})
+	go func() { logs.flushEvery(ctx, time.Hour); close(flushed) }()
+	rl := newRequestLog("text", slog.LevelInfo, logs)
+
+	const n = 2000
+	done := make(chan struct{})
+	go func() {
+		for i := range n {
+			rl.write(time.Now(), &requestLine{method: "GET", route: "GET /v1/categories", status: 200, key: int64(i), requestID: strings.Repeat("r", 100)})
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("logging waited for the stuck output")
+	}
+	close(out.gate)
+	cancel()
+	<-flushed
+	lines := strings.Split(strings.TrimSuffix(out.b.String(), "\n"), "\n")
+	if len(lines) != n {
+		t.Fatalf("%d lines came out, want %d", len(lines), n)
+	}
+	for i, line := range lines {
+		if !strings.Contains(line, " key="+strconv.Itoa(i)+" ") {
+			t.Fatalf("line %d is out of order: %s", i, line)
 		}
 	}
 }

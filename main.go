@@ -82,7 +82,7 @@ type serveConfig struct {
 
 // serve runs the API server until ctx ends, then shuts it down gracefully.
 func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
-	logs := &logWriter{w: stderr}
+	logs := newLogWriter(stderr)
 	defer logs.Flush() // registered first: runs after every other deferred log line
 	logger := newLogger(cfg.logFormat, cfg.logLevel, logs)
 	store, err := openStore(ctx, cfg.db, true, time.Now, cfg.busyTimeout)
