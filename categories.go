@@ -297,9 +297,7 @@ func (l *categoryLists) page(r *http.Request, key pageKey, gen uint64) (*listSna
 		return nil, err
 	}
 	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(page); err != nil {
+	if err := encodeJSON(&buf, page); err != nil {
 		return nil, err
 	}
 	snap := newSnapshot(gen, buf.Bytes())

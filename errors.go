@@ -42,10 +42,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	buf := bodyBuffers.Get().(*bytes.Buffer)
 	defer putBodyBuffer(buf) // Write has copied the bytes by the time it returns
 	buf.Reset()
-	enc := json.NewEncoder(buf)
-	enc.SetEscapeHTML(false)
 	var body []byte
-	if err := enc.Encode(v); err != nil {
+	if err := encodeJSON(buf, v); err != nil {
 		status = http.StatusInternalServerError
 		body = []byte(`{"status":500,"code":"internal_error","message":"internal error"}` + "\n")
 	} else {
@@ -56,6 +54,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
 	w.Write(body)
+}
+
+// encodeJSON appends v to buf as a response body: one line, "<", ">" and
+// "&" left as they are.
+func encodeJSON(buf *bytes.Buffer, v any) error {
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
 }
 
 // writeError answers with err as an Error object: an *apiError as it is,
