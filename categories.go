@@ -125,8 +125,7 @@ type listSnapshot struct {
 	// The header values, made once: net/http never changes a value slice,
 	// so every response can share them.
 	etagHeader, lengthHeader []string
-	linkHeader               []string // a page's Link to the next page, if any
-	full                     bool     // a page with as many rows as asked for
+	linkHeader               []string // a page's Link to the next page: only a full page has one
 }
 
 // jsonContentType is the shared Content-Type header value of JSON bodies.
@@ -273,7 +272,7 @@ func (l *categoryLists) servePage(w http.ResponseWriter, r *http.Request, q url.
 	key := pageKey{afterID: afterID, limit: limit}
 	gen := l.store.CategoriesGen()
 	snap, ok := l.pages.Get(key)
-	if !ok || !snap.full && snap.gen != gen {
+	if !ok || snap.linkHeader == nil && snap.gen != gen { // a full page never goes stale
 		var err error
 		if snap, err = l.page(r, key, gen); err != nil {
 			writeError(w, r, err)
@@ -301,11 +300,11 @@ func (l *categoryLists) page(r *http.Request, key pageKey, gen uint64) (*listSna
 		return nil, err
 	}
 	snap := newSnapshot(gen, buf.Bytes())
-	if int64(len(page)) == key.limit {
-		snap.full = true
+	full := int64(len(page)) == key.limit
+	if full {
 		snap.linkHeader = []string{fmt.Sprintf("<%s/categories?limit=%d&after_id=%d>; rel=\"next\"", l.publicURL, key.limit, page[len(page)-1].ID)}
 	}
-	if len(snap.body) <= maxCachedPage && (snap.full || l.store.CategoriesGen() == gen) {
+	if len(snap.body) <= maxCachedPage && (full || l.store.CategoriesGen() == gen) {
 		l.pages.Add(key, snap)
 	}
 	return snap, nil
