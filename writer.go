@@ -8,6 +8,9 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // maxBatch bounds how many writes share one transaction.
@@ -25,9 +28,10 @@ type writeJob struct {
 // (synchronous=FULL) makes a whole batch durable before any of it is
 // answered. Each write is one SQL statement, and SQLite undoes a statement
 // that fails on a constraint (a unique or foreign key violation) alone,
-// leaving the transaction open: that write fails and the others commit. A
-// failure of the transaction itself (a full disk, a lock) fails every
-// write of the batch, none of which was answered yet.
+// leaving the transaction open: that write fails and the others commit. Any
+// other failure (a full disk, a lock, an interrupted statement) may have
+// cost the transaction, so it fails every write of the batch, none of which
+// was answered yet; the others as errUnavailable, which is safe to retry.
 type groupCommitter struct {
 	db       *sql.DB
 	jobs     chan *writeJob
@@ -100,6 +104,20 @@ func (g *groupCommitter) loop() {
 		g.writes.Add(int64(len(batch)))
 		g.commit(batch)
 	}
+}
+
+// statementOnly reports whether a write's error undid that write's
+// statement alone and left the batch's transaction as it was: only a
+// constraint violation is known to, SQLite's ABORT undoing the statement.
+// Other errors may have rolled the whole transaction back (SQLite does so
+// when a statement is interrupted, as a cancelled context does, or on a
+// full disk, an I/O error or no memory); the writes after it would then run
+// and commit one by one outside it while all of them are answered with the
+// commit's error. So any other error fails the batch, none of it answered
+// yet, and its clients may retry.
+func statementOnly(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_CONSTRAINT
 }
 
 // batchTx is the transaction that a batch of writes shares.
@@ -176,8 +194,8 @@ func (g *groupCommitter) commit(batch []*writeJob) {
 			}
 			if err := j.run(tx); err != nil {
 				results[i] = err
-				if errors.Is(describe(err), errUnavailable) {
-					return describe(err) // the transaction itself is in trouble
+				if !statementOnly(err) {
+					return describe(err) // the transaction itself may be gone
 				}
 			}
 		}
@@ -188,7 +206,8 @@ func (g *groupCommitter) commit(batch []*writeJob) {
 	}()
 	for i, j := range batch {
 		if err != nil && results[i] == nil {
-			results[i] = fmt.Errorf("commit: %w", err)
+			// Not made, through no fault of this write: safe to retry.
+			results[i] = fmt.Errorf("%w: the batch's transaction failed: %w", errUnavailable, err)
 		}
 		j.done <- results[i]
 	}

@@ -111,3 +111,75 @@ func TestGroupCommitBatchesOnOneCPU(t *testing.T) {
 	}
 	t.Logf("%d writes in %d batches", writes, batches)
 }
+
+// TestGroupCommitFailsBatchWhenTransactionIsLost checks a batch whose
+// transaction SQLite abandons halfway: an INSERT interrupted inside an
+// explicit transaction rolls the whole transaction back. The writes after it
+// must not then run outside the transaction and commit on their own while
+// being answered with an error: every write answered with an error must
+// have left no row, and every one answered nil must have its row.
+func TestGroupCommitFailsBatchWhenTransactionIsLost(t *testing.T) {
+	s := testStore(t, filepath.Join(t.TempDir(), "l.db"), true)
+	g := s.group
+	insert := func(name string) func(tx *batchTx) error {
+		return func(tx *batchTx) error {
+			_, err := tx.Exec("INSERT INTO categories (name, fold) VALUES (?, ?)", name, name)
+			return err
+		}
+	}
+	// Hold the loop in a first batch until the three writes below are
+	// queued, so that they share the next batch, in this order.
+	started, release := make(chan struct{}), make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseOnce) // before the store's cleanup, which waits for the loop
+	go g.write(context.Background(), func(tx *batchTx) error {
+		close(started)
+		<-release
+		return insert("first")(tx)
+	})
+	<-started
+	queued := func(n int) {
+		for deadline := time.Now().Add(5 * time.Second); len(g.jobs) < n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d writes queued, want %d", len(g.jobs), n)
+			}
+		}
+	}
+	names := []string{"before", "interrupted", "after"}
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		fn := insert(name)
+		if name == "interrupted" {
+			// A statement that runs until its context ends: SQLite is
+			// interrupted in the middle of an INSERT.
+			fn = func(tx *batchTx) error {
+				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+				defer cancel()
+				_, err := tx.ExecContext(ctx, `INSERT INTO categories (name, fold)
+					WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 100000000)
+					SELECT 'n' || x, 'n' || x FROM n`)
+				return err
+			}
+		}
+		wg.Go(func() { errs[i] = g.write(context.Background(), fn) })
+		queued(i + 1)
+	}
+	releaseOnce()
+	wg.Wait()
+	if errs[1] == nil {
+		t.Fatal("the interrupted insert succeeded")
+	}
+	if !errors.Is(errs[2], errUnavailable) {
+		t.Errorf("the write after the interrupted one: %v, want errUnavailable (safe to retry)", errs[2])
+	}
+	for i, name := range names {
+		var n int
+		if err := s.r.QueryRow("SELECT count(*) FROM categories WHERE name = ?", name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if (errs[i] == nil) != (n == 1) {
+			t.Errorf("write %q answered %v, but %d rows of it are in the table", name, errs[i], n)
+		}
+	}
+}
