@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math/rand/v2"
 	"net/netip"
 	"runtime"
 	"sync/atomic"
@@ -97,5 +98,30 @@ func BenchmarkDecisionSetHeaders(b *testing.B) {
 	for b.Loop() {
 		h := make(map[string][]string, 8)
 		d.setHeaders(h)
+	}
+}
+
+// BenchmarkDependentMiss measures this machine's floor for the million-key
+// case: one load from memory that the next load depends on, over 128 MiB
+// in random order (a pointer chase), so that no cache or prefetcher helps.
+// A limiter check among a million keys cannot cost less than one such load
+// plus the hot check's own work (BenchmarkAllowKeyHot).
+func BenchmarkDependentMiss(b *testing.B) {
+	const n = 1 << 21 // 64-byte slots: 128 MiB
+	type slot struct {
+		next uint32
+		_    [60]byte
+	}
+	s := make([]slot, n)
+	perm := rand.Perm(n)
+	for i, p := range perm {
+		s[p].next = uint32(perm[(i+1)%n])
+	}
+	j := uint32(0)
+	for b.Loop() {
+		j = s[j].next
+	}
+	if j >= n {
+		b.Fatal("the chase left the array")
 	}
 }
