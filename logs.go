@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -15,12 +16,15 @@ import (
 // stderr: a request only appends to the buffer, and flushEvery writes it out
 // every 100 ms, as soon as 64 KiB have gathered, and on exit. Only when the
 // output falls behind by logBufferMax does a request write the buffer out
-// itself, so that memory stays bounded and no line is lost. A crash loses at
-// most the last 100 ms of log, never a write to the database.
+// itself, so that memory stays bounded and no line is lost while the output
+// works (putBack says what happens when it fails). A crash loses at most the
+// last 100 ms of log, never a write to the database.
 type logWriter struct {
-	mu    sync.Mutex // guards buf
-	buf   []byte
-	spare []byte // the buffer being written out, reused for the next one
+	mu      sync.Mutex // guards buf
+	buf     []byte
+	spare   []byte       // the buffer being written out, reused for the next one
+	lost    atomic.Int64 // bytes dropped because the output failed (a metric)
+	failing atomic.Bool  // the last write failed: retry on the ticker only
 
 	wmu  sync.Mutex // serializes writes to w
 	w    io.Writer
@@ -70,9 +74,34 @@ func (l *logWriter) Flush() {
 	l.buf = l.spare[:0]
 	l.mu.Unlock()
 	if len(buf) > 0 {
-		l.w.Write(buf)
+		n, err := l.w.Write(buf)
+		if err != nil && n < len(buf) {
+			l.putBack(buf, n)
+		}
+		l.failing.Store(err != nil)
 	}
 	l.spare = buf[:0] // only Flush touches spare, and wmu is held
+}
+
+// putBack keeps what a failed write left of buf (all from byte n on) for
+// the next flush, ahead of the lines logged meanwhile, so that a short write
+// or a disk full for a while loses nothing once the output recovers. It
+// keeps at most half of logBufferMax, so that requests do not start
+// flushing, and failing, at once; beyond that it drops what the write left,
+// counting the bytes, and ends a line cut in the middle so that it does not
+// run into the next one.
+func (l *logWriter) putBack(buf []byte, n int) {
+	rest := buf[max(0, n):]
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(rest)+len(l.buf) <= logBufferMax/2 {
+		l.buf = append(append(make([]byte, 0, len(rest)+len(l.buf)), rest...), l.buf...)
+		return
+	}
+	l.lost.Add(int64(len(rest)))
+	if n > 0 && buf[n-1] != '\n' {
+		l.buf = append(append(make([]byte, 0, 1+len(l.buf)), '\n'), l.buf...)
+	}
 }
 
 // flushEvery flushes the log every interval, and when the buffer fills,
@@ -87,6 +116,9 @@ func (l *logWriter) flushEvery(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		case <-l.full:
+			if l.failing.Load() {
+				continue // a failing output is retried every interval, not on every line
+			}
 		}
 		l.Flush()
 	}
@@ -126,6 +158,7 @@ type requestLine struct {
 	requestID     string
 	remote        string
 	err           error
+	errText       string // err.Error(), taken by write
 }
 
 // write logs e at t: at level ERROR for a 5xx, else INFO.
@@ -136,6 +169,11 @@ func (l *requestLog) write(t time.Time, e *requestLine) {
 	}
 	if level < l.level {
 		return
+	}
+	if e.err != nil {
+		// Outside the lock: an Error method that panics must not leave
+		// every later log line waiting for it.
+		e.errText = e.err.Error()
 	}
 	l.out.mu.Lock()
 	if l.json {
@@ -174,7 +212,7 @@ func (e *requestLine) appendText(b []byte, t time.Time, level slog.Level) []byte
 	b = appendTextString(b, e.remote)
 	if e.err != nil {
 		b = append(b, " err="...)
-		b = appendTextString(b, e.err.Error())
+		b = appendTextString(b, e.errText)
 	}
 	return append(b, '\n')
 }
@@ -235,7 +273,7 @@ func (e *requestLine) appendJSON(b []byte, t time.Time, level slog.Level) []byte
 	b = appendJSONString(b, e.remote)
 	if e.err != nil {
 		b = append(b, `,"err":`...)
-		b = appendJSONString(b, e.err.Error())
+		b = appendJSONString(b, e.errText)
 	}
 	return append(b, "}\n"...)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -145,5 +146,146 @@ func TestRequestLogDoesNotWaitForOutput(t *testing.T) {
 		if !strings.Contains(line, " key="+strconv.Itoa(i)+" ") {
 			t.Fatalf("line %d is out of order: %s", i, line)
 		}
+	}
+}
+
+// failingWriter fails its writes while broken, as a file on a full disk
+// does (ENOSPC, perhaps after a partial write): it takes 1/part of each, or
+// nothing with part 0. Then it takes everything.
+type failingWriter struct {
+	mu     sync.Mutex
+	broken bool
+	part   int
+	b      bytes.Buffer
+}
+
+func (f *failingWriter) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.broken {
+		n := 0
+		if f.part > 0 {
+			n = len(p) / f.part
+		}
+		f.b.Write(p[:n])
+		return n, errors.New("no space left on device")
+	}
+	return f.b.Write(p)
+}
+
+func (f *failingWriter) set(broken bool) {
+	f.mu.Lock()
+	f.broken = broken
+	f.mu.Unlock()
+}
+
+// checkLines checks that out holds request lines in ascending order of
+// key, no two run together, and returns how many are whole. Cut lines (the
+// head of a line whose rest was dropped) are allowed only with cut.
+func checkLines(t *testing.T, out string, cut bool) int {
+	t.Helper()
+	whole, last := 0, int64(-1)
+	for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		if strings.Count(l, "time=") != 1 || !strings.HasPrefix(l, "time=") {
+			t.Fatalf("lines run together: %q", l)
+		}
+		if !strings.HasSuffix(l, "remote=x") {
+			if !cut {
+				t.Fatalf("a cut line: %q", l)
+			}
+			continue
+		}
+		var key int64
+		fmt.Sscanf(l[strings.Index(l, " key="):], " key=%d", &key)
+		if key <= last {
+			t.Fatalf("key %d after %d", key, last)
+		}
+		last = key
+		whole++
+	}
+	return whole
+}
+
+// TestLogWriterKeepsWhatAFailedWriteLeft checks that a write that fails
+// halfway loses nothing once the output recovers, and splices no two lines.
+func TestLogWriterKeepsWhatAFailedWriteLeft(t *testing.T) {
+	out := &failingWriter{broken: true, part: 2}
+	logs := newLogWriter(out)
+	rl := newRequestLog("text", slog.LevelInfo, logs)
+	line := func(i int) *requestLine {
+		return &requestLine{method: "GET", route: "r", status: 200, key: int64(i), requestID: "id", remote: "x"}
+	}
+	for i := range 100 {
+		rl.write(time.Now(), line(i))
+	}
+	logs.Flush() // fails halfway
+	logs.Flush() // and again, on what the first one left
+	out.set(false)
+	for i := 100; i < 110; i++ {
+		rl.write(time.Now(), line(i))
+	}
+	logs.Flush()
+	if n := checkLines(t, out.b.String(), false); n != 110 || logs.lost.Load() != 0 {
+		t.Errorf("%d of 110 lines came out, %d bytes lost", n, logs.lost.Load())
+	}
+}
+
+// TestLogWriterDropsPastItsBound checks that an output that keeps failing
+// costs bounded memory: past logBufferMax the oldest unwritten bytes are
+// dropped and counted, and no two lines run together: a line the output
+// took only the head of is ended there.
+func TestLogWriterDropsPastItsBound(t *testing.T) {
+	out := &failingWriter{broken: true, part: 1000}
+	logs := newLogWriter(out)
+	rl := newRequestLog("text", slog.LevelInfo, logs)
+	pad := strings.Repeat("p", 1000)
+	n := 3 * logBufferMax / len(pad)
+	for i := range n {
+		rl.write(time.Now(), &requestLine{method: "GET", route: "r", status: 200, key: int64(i), requestID: pad, remote: "x"})
+		logs.mu.Lock()
+		size := len(logs.buf)
+		logs.mu.Unlock()
+		if size > logBufferMax+2*len(pad) {
+			t.Fatalf("after %d lines the log buffer holds %d bytes, past its bound of %d", i+1, size, logBufferMax)
+		}
+	}
+	if logs.lost.Load() == 0 {
+		t.Fatal("nothing counted as lost after 12 MiB to an output that always fails")
+	}
+	out.set(false)
+	logs.Flush()
+	if lines := checkLines(t, out.b.String(), true); lines >= n {
+		t.Errorf("%d lines came out of %d, with %d bytes lost", lines, n, logs.lost.Load())
+	}
+}
+
+type panickyError struct{}
+
+func (panickyError) Error() string { panic("Error panics") }
+
+// TestRequestLogSurvivesPanickingError checks that an error whose Error
+// method panics (net/http recovers a handler's panic) does not leave the
+// log locked for every later line.
+func TestRequestLogSurvivesPanickingError(t *testing.T) {
+	var out syncBuffer
+	logs := newLogWriter(&out)
+	rl := newRequestLog("text", slog.LevelInfo, logs)
+	func() {
+		defer func() { recover() }()
+		rl.write(time.Now(), &requestLine{status: 500, err: panickyError{}})
+	}()
+	done := make(chan struct{})
+	go func() {
+		rl.write(time.Now(), &requestLine{status: 200, remote: "x"})
+		logs.Flush()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the next log line waited 5s: the log was left locked")
+	}
+	if !strings.Contains(out.String(), "status=200") {
+		t.Errorf("the next line is missing: %q", out.String())
 	}
 }
