@@ -82,6 +82,10 @@ type serveConfig struct {
 
 // serve runs the API server until ctx ends, then shuts it down gracefully.
 func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
+	// Whoever reads our stderr may go away (a pipe to a log shipper that
+	// died): the log's write then fails with EPIPE, instead of SIGPIPE
+	// killing the server in the middle of its requests.
+	signal.Ignore(syscall.SIGPIPE)
 	logs := newLogWriter(stderr)
 	defer logs.Flush() // registered first: runs after every other deferred log line
 	logger := newLogger(cfg.logFormat, cfg.logLevel, logs)
@@ -114,6 +118,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		},
 	})
 	metrics := newServerMetrics(lim, store)
+	metrics.set.NewGauge("petstore_log_bytes_dropped_total", func() float64 { return float64(logs.lost.Load()) })
 	keys := newKeyring(store, cfg.env, func(k *apiKey) { lim.setBan(k.ID, k.BannedUntil) })
 	if err := keys.refresh(ctx); err != nil {
 		return err
@@ -147,8 +152,12 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		return err
 	}
 
+	// The background work outlives ctx: it stops only once the servers have
+	// drained (deferred, so it runs on the way out), so that the requests
+	// answered during the drain get their log lines written and their day
+	// counts stored like any other.
 	var wg sync.WaitGroup
-	bgCtx, stopBackground := context.WithCancel(ctx)
+	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
 		stopBackground()
 		wg.Wait()
