@@ -2,10 +2,11 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -139,6 +140,10 @@ type categoryLists struct {
 	publicURL string
 	cached    atomic.Pointer[listSnapshot]
 	pages     *lru.Cache[pageKey, *listSnapshot]
+	// tooLarge is set once the list outgrew maxCachedList: categories are
+	// never deleted, so from then on it is streamed without first being
+	// read up to that size again, on every request, to find out.
+	tooLarge atomic.Bool
 }
 
 // pageKey names a page of the list: ?after_id=afterID&limit=limit.
@@ -166,10 +171,12 @@ func (l *categoryLists) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	gen := l.store.CategoriesGen()
-	snap := l.cached.Load()
-	if snap == nil || snap.gen != gen {
-		snap = l.snapshot(r, gen)
+	var snap *listSnapshot
+	if !l.tooLarge.Load() {
+		gen := l.store.CategoriesGen()
+		if snap = l.cached.Load(); snap == nil || snap.gen != gen {
+			snap = l.snapshot(r, gen)
+		}
 	}
 	if snap == nil { // too large to keep, or the database failed: stream
 		writeJSONArray(w, r, func(fn func(Category) error) error { return l.store.EachCategory(r.Context(), fn) })
@@ -186,7 +193,7 @@ func serveSnapshot(w http.ResponseWriter, r *http.Request, snap *listSnapshot) {
 		h["Link"] = snap.linkHeader
 	}
 	h["Etag"] = snap.etagHeader
-	if inm := r.Header.Get("If-None-Match"); inm != "" && etagMatches(inm, snap.etag) {
+	if etagMatches(r.Header.Values("If-None-Match"), snap.etag) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
@@ -218,6 +225,10 @@ func (l *categoryLists) snapshot(r *http.Request, gen uint64) *listSnapshot {
 		}
 		return nil
 	})
+	if errors.Is(err, errTooLarge) {
+		l.tooLarge.Store(true)
+		l.cached.Store(nil) // never to be served again
+	}
 	if err != nil {
 		return nil
 	}
@@ -229,21 +240,26 @@ func (l *categoryLists) snapshot(r *http.Request, gen uint64) *listSnapshot {
 	return snap
 }
 
-// newSnapshot returns the snapshot of a serialized body, with its ETag.
+// newSnapshot returns the snapshot of a serialized body, with its ETag: a
+// cryptographic hash of the body, so that no client can choose a name that
+// makes a changed list keep its old ETag (and others keep a stale copy on a
+// 304). It is computed once per snapshot, not per request.
 func newSnapshot(gen uint64, body []byte) *listSnapshot {
-	sum := fnv.New64a()
-	sum.Write(body)
-	etag := `"` + strconv.FormatUint(sum.Sum64(), 36) + `"`
+	sum := sha256.Sum256(body)
+	etag := `"` + base64.RawURLEncoding.EncodeToString(sum[:16]) + `"`
 	return &listSnapshot{gen: gen, body: body, etag: etag,
 		etagHeader: []string{etag}, lengthHeader: []string{strconv.Itoa(len(body))}}
 }
 
-// etagMatches reports whether an If-None-Match value names etag.
-func etagMatches(header, etag string) bool {
-	for _, v := range strings.Split(header, ",") {
-		v = strings.TrimPrefix(strings.TrimSpace(v), "W/")
-		if v == etag || v == "*" {
-			return true
+// etagMatches reports whether the If-None-Match header, perhaps sent as
+// several lines (one list, RFC 9110), names etag.
+func etagMatches(lines []string, etag string) bool {
+	for _, line := range lines {
+		for v := range strings.SplitSeq(line, ",") {
+			v = strings.TrimPrefix(strings.TrimSpace(v), "W/")
+			if v == etag || v == "*" {
+				return true
+			}
 		}
 	}
 	return false

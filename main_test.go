@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -190,7 +191,7 @@ func contractClient(t *testing.T, args []string) *http.Client {
 	for i := 0; i+1 < len(args); i++ {
 		switch args[i] {
 		case "--public-url":
-			publicURL = args[i+1]
+			publicURL = strings.TrimRight(args[i+1], "/") // as serve takes it
 		case "--env":
 			env = args[i+1]
 		}
@@ -229,8 +230,14 @@ func (ts *testServer) do(t *testing.T, method, path, key, body string, header ..
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
+	set := map[string]bool{} // a name given twice is sent as two lines
 	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
+		if set[header[i]] {
+			req.Header.Add(header[i], header[i+1])
+		} else {
+			req.Header.Set(header[i], header[i+1])
+			set[header[i]] = true
+		}
 	}
 	resp, err := ts.client.Do(req)
 	if err != nil {
@@ -791,7 +798,8 @@ func schemaOf(t *testing.T, s *Store) string {
 }
 
 func TestCategoryListCacheAndPages(t *testing.T) {
-	ts := startServer(t, "--public-url", "https://api.example.net/v1")
+	// A trailing slash on --public-url must not give the Link an empty segment.
+	ts := startServer(t, "--public-url", "https://api.example.net/v1/")
 	for i := range 5 {
 		ts.do(t, "POST", "/v1/categories", ts.key, fmt.Sprintf(`{"name":"c%d"}`, i))
 	}
@@ -803,6 +811,11 @@ func TestCategoryListCacheAndPages(t *testing.T) {
 	r = ts.do(t, "GET", "/v1/categories", ts.key, "", "If-None-Match", etag)
 	if r.status != 304 || len(r.body) != 0 || r.header.Get("ETag") != etag {
 		t.Errorf("If-None-Match with the current tag: %d %q", r.status, r.body)
+	}
+	// If-None-Match in two lines is one list (RFC 9110): the second names it.
+	r = ts.do(t, "GET", "/v1/categories", ts.key, "", "If-None-Match", `"other"`, "If-None-Match", etag)
+	if r.status != 304 {
+		t.Errorf("If-None-Match with the current tag on its second line: %d", r.status)
 	}
 	// A write makes the cached list stale.
 	ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"c5"}`)
@@ -866,5 +879,43 @@ func TestLargeListIsStreamed(t *testing.T) {
 	}
 	if r.header.Get("ETag") != "" || len(r.body) < maxCachedList {
 		t.Errorf("a %d-byte list got ETag %q: it should be streamed, not cached", len(r.body), r.header.Get("ETag"))
+	}
+}
+
+// TestTooLargeListIsNotReadTwice checks that once the list outgrew the
+// cache, a request streams it straight away, instead of first reading and
+// serializing a cache's worth of it to find out again, and that the stream
+// still sees new rows.
+func TestTooLargeListIsNotReadTwice(t *testing.T) {
+	s := testStore(t, filepath.Join(t.TempDir(), "big.db"), true)
+	h := handleCategoryList(s, "http://127.0.0.1/v1").(*categoryLists)
+	get := func() []Category {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/v1/categories", nil))
+		var list []Category
+		if err := json.Unmarshal(w.Body.Bytes(), &list); err != nil || w.Code != 200 {
+			t.Fatalf("list: %d, %v", w.Code, err)
+		}
+		return list
+	}
+	if _, err := s.CreateCategory(context.Background(), "small", "small", nil); err != nil {
+		t.Fatal(err)
+	}
+	if list := get(); len(list) != 1 || h.cached.Load() == nil {
+		t.Fatalf("a one-row list: %d rows, cached %v", len(list), h.cached.Load() != nil)
+	}
+	if _, err := s.w.Exec(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000)
+		INSERT INTO categories (name, fold, description) SELECT printf('c%06d', i), printf('c%06d', i), printf('%0100d', i) FROM n`); err != nil {
+		t.Fatal(err)
+	}
+	s.categoriesGen.Add(1) // as a create through the API would
+	if list := get(); len(list) != 20001 || !h.tooLarge.Load() || h.cached.Load() != nil {
+		t.Fatalf("the large list: %d rows, too large %v, an old copy kept %v", len(list), h.tooLarge.Load(), h.cached.Load() != nil)
+	}
+	if _, err := s.CreateCategory(context.Background(), "last", "last", nil); err != nil {
+		t.Fatal(err)
+	}
+	if list := get(); len(list) != 20002 || list[20001].Name != "last" {
+		t.Errorf("after a create: %d rows", len(list))
 	}
 }
