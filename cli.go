@@ -203,9 +203,13 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return usagef("--pets-sunset-at (%s) must not be before --pets-deprecated-at (%s)",
 			cfg.petsSunsetAt.Format(time.RFC3339), cfg.petsDeprecatedAt.Format(time.RFC3339))
 	}
-	if u, err := url.Parse(cfg.publicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return usagef("--public-url must be an absolute http(s) URL, got %q", cfg.publicURL)
+	if u, err := url.Parse(cfg.publicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+		return usagef("--public-url must be an absolute http(s) URL without a query or fragment, got %q", cfg.publicURL)
 	}
+	// Paths are appended to it ("/categories?..." in a Link): a trailing
+	// slash would make "//categories", which is a 404 here.
+	cfg.publicURL = strings.TrimRight(cfg.publicURL, "/")
 	return serve(ctx, cfg, stderr)
 }
 

@@ -100,6 +100,7 @@ func TestUsageErrors(t *testing.T) {
 		{"bad env", []string{"serve", "--env", "dev"}, nil, "--env"},
 		{"bad addr", []string{"serve", "--addr", "nowhere"}, nil, "--addr"},
 		{"bad public url", []string{"serve", "--public-url", "ftp://x"}, nil, "--public-url"},
+		{"public url with a query", []string{"serve", "--public-url", "http://x/v1?a=1"}, nil, "--public-url"},
 		{"bad env variable", []string{"serve"}, map[string]string{"PETSTORE_TRUST_PROXY": "maybe"}, "PETSTORE_TRUST_PROXY"},
 		{"extra argument", []string{"migrate", "now"}, nil, "unexpected argument"},
 		{"keys without subcommand", []string{"keys"}, nil, "subcommand"},
