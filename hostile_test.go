@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -380,7 +382,7 @@ func TestHostileRequests(t *testing.T) {
 		raw("CONNECT with a path", rawRequest("CONNECT", cats, authH, ""), 405, "method_not_allowed"),
 		raw("CONNECT with an authority", rawRequest("CONNECT", "127.0.0.1:80", authH, ""), 404, "not_found"),
 		{name: "OPTIONS", method: "OPTIONS", path: cats, auth: true, wantStatus: 405, wantCode: "method_not_allowed", wantHeader: []string{"Allow"}},
-		goRaw("OPTIONS *", rawRequest("OPTIONS", "*", nil, ""), 200),
+		raw("OPTIONS *", rawRequest("OPTIONS", "*", nil, ""), 404, "not_found"),
 		{name: "PROPFIND", method: "PROPFIND", path: cats, auth: true, wantStatus: 405, wantCode: "method_not_allowed", wantHeader: []string{"Allow"}},
 		{name: "lower-case get", raw: rawRequest("get", cats, authH, ""), wantStatus: 405, wantCode: "method_not_allowed", wantHeader: []string{"Allow"}},
 		{name: "DELETE a pet", method: "DELETE", path: "/v1/pets/1", auth: true, wantStatus: 405, wantCode: "method_not_allowed", wantHeader: []string{"Allow"}},
@@ -595,4 +597,74 @@ func rawChunked(path string, header []string, chunks []string, end bool) []byte 
 		b.WriteString("0\r\n\r\n")
 	}
 	return b.Bytes()
+}
+
+// TestRequestIDHoldingKeyIsReplaced checks that a client's X-Request-Id
+// with a key anywhere in it is neither echoed nor logged.
+func TestRequestIDHoldingKeyIsReplaced(t *testing.T) {
+	ts := startServer(t)
+	sent := "trace:" + ts.key
+	r := ts.do(t, "GET", "/v1/categories", ts.key, "", "X-Request-Id", sent)
+	got := r.header.Get("X-Request-Id")
+	if got == "" || strings.Contains(got, ts.key) {
+		t.Fatalf("X-Request-Id %q for a sent id holding the key", got)
+	}
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(ts.stderr.String(), got); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the request's line with id %s is not in the log after 5s", got)
+		}
+	}
+	if strings.Contains(ts.stderr.String(), ts.key) {
+		t.Error("the key reached the log through X-Request-Id")
+	}
+}
+
+// TestPanicAfterStatusAbortsConnection checks that a handler panicking
+// after its status went out cuts the connection, so that the client sees
+// an error instead of a short body that looks complete.
+func TestPanicAfterStatusAbortsConnection(t *testing.T) {
+	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		w.Write([]byte(`[{"id":1}`))
+		http.NewResponseController(w).Flush()
+		panic("after the status")
+	})
+	h := recoverPanics(slog.New(slog.NewTextHandler(io.Discard, nil)), inner)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(&recorder{ResponseWriter: w}, r) // as logRequests hands it on
+	}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil {
+		t.Errorf("status %d, body %q read without error: the cut-off answer looks complete", resp.StatusCode, body)
+	}
+}
+
+// TestEveryListenerSetsRequestID checks the responses that net/http or the
+// admin listener would otherwise answer without an X-Request-Id.
+func TestEveryListenerSetsRequestID(t *testing.T) {
+	ts := startServer(t)
+	res, err := rawExchange(strings.TrimPrefix(ts.base, "http://"), rawRequest("OPTIONS", "*", nil, ""), false)
+	if err != nil || res.closed {
+		t.Fatalf("OPTIONS *: no answer: %v", err)
+	}
+	if res.status != 404 || res.header.Get("X-Request-Id") == "" {
+		t.Errorf("OPTIONS * -> %d, X-Request-Id %q; want a 404 with an id", res.status, res.header.Get("X-Request-Id"))
+	}
+	for _, p := range []string{"/healthz", "/readyz", "/metrics", "/nowhere"} {
+		resp, err := http.Get(ts.admin + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.Header.Get("X-Request-Id") == "" {
+			t.Errorf("admin %s -> %d without X-Request-Id", p, resp.StatusCode)
+		}
+	}
 }

@@ -145,7 +145,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 			return fmt.Errorf("listen on %s (--admin-addr): %w", cfg.adminAddr, unwrapOpError(err))
 		}
 		defer aln.Close()
-		servers = append(servers, newHTTPServer(newAdminServer(store, metrics, cfg), cfg, logger))
+		servers = append(servers, newHTTPServer(withRequestID(newAdminServer(store, metrics, cfg)), cfg, logger))
 		listeners = append(listeners, aln)
 	}
 	if err := createFirstKey(ctx, store, keys, cfg.env, stderr); err != nil {
@@ -203,7 +203,10 @@ func newHTTPServer(h http.Handler, cfg serveConfig, logger *slog.Logger) *http.S
 		WriteTimeout:      cfg.writeTimeout,
 		IdleTimeout:       cfg.idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		// "OPTIONS *" goes to our handler (a JSON 404 with a request id)
+		// instead of net/http's bare 200.
+		DisableGeneralOptionsHandler: true,
+		ErrorLog:                     slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 }
 
@@ -395,9 +398,10 @@ func withRequestID(next http.Handler) http.Handler {
 }
 
 // saneRequestID accepts 1 to 128 characters of letters, digits and "-_.:",
-// but not what looks like an API key: the id is echoed and logged.
+// but nothing that holds a key's prefix, anywhere (a key after "trace:" is
+// still a key): the id is echoed and logged.
 func saneRequestID(id string) bool {
-	if id == "" || len(id) > 128 || strings.HasPrefix(id, "ps_live_") || strings.HasPrefix(id, "ps_test_") {
+	if id == "" || len(id) > 128 || strings.Contains(id, "ps_live_") || strings.Contains(id, "ps_test_") {
 		return false
 	}
 	for i := 0; i < len(id); i++ {
@@ -483,9 +487,13 @@ func recoverPanics(logger *slog.Logger, next http.Handler) http.Handler {
 				panic(p)
 			}
 			logger.Error("panic", "panic", p, "request_id", w.Header().Get("X-Request-Id"), "stack", string(debug.Stack()))
-			if rec := recorderOf(w); rec == nil || rec.status == 0 {
-				writeError(w, r, errors.New("panic"))
+			if rec := recorderOf(w); rec != nil && rec.status != 0 {
+				// The status went out, perhaps part of the body: abort the
+				// connection, so that the client sees the answer cut off
+				// instead of a short body that looks complete.
+				panic(http.ErrAbortHandler)
 			}
+			writeError(w, r, errors.New("panic"))
 		}()
 		next.ServeHTTP(w, r)
 	})
