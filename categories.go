@@ -166,7 +166,12 @@ func handleCategoryList(store *Store, publicURL string) http.Handler {
 
 func (l *categoryLists) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.RawQuery != "" {
-		if q := r.URL.Query(); q.Has("limit") || q.Has("after_id") {
+		q, err := parseQuery(r)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		if q.Has("limit") || q.Has("after_id") {
 			l.servePage(w, r, q)
 			return
 		}
@@ -263,6 +268,17 @@ func etagMatches(lines []string, etag string) bool {
 		}
 	}
 	return false
+}
+
+// parseQuery parses r's query string, or fails with 400 when any of it is
+// malformed (a bad escape, a ";"): r.URL.Query() drops such pairs quietly,
+// and a filter the client asked for would be ignored.
+func parseQuery(r *http.Request) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, errorf(http.StatusBadRequest, "validation_failed", "the query string is malformed: %v", err)
+	}
+	return q, nil
 }
 
 // servePage answers ?limit=N&after_id=ID with up to N categories after ID,

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,7 +69,11 @@ func handlePetCreate(store *Store) http.Handler {
 func handlePetList(store *Store) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var f petFilter
-		q := r.URL.Query()
+		q, err := parseQuery(r)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
 		if q.Has("categoryId") {
 			id, err := positiveID("categoryId", q.Get("categoryId"))
 			if err != nil {
@@ -145,6 +150,19 @@ func sunset(d deprecation, now func() time.Time, next http.Handler) http.Handler
 	})
 }
 
+// unescapeSegments undoes the escapes of an escaped path but for "/", which
+// stays %2F inside its segment: the path as the router matches it, so that
+// /v1/p%65ts/1 gets the headers of the operation it reaches.
+func unescapeSegments(p string) string {
+	segs := strings.Split(p, "/")
+	for i, s := range segs {
+		if u, err := url.PathUnescape(s); err == nil {
+			segs[i] = strings.ReplaceAll(u, "/", "%2F")
+		}
+	}
+	return strings.Join(segs, "/")
+}
+
 // areaHeaders marks the responses of the API's areas, errors included:
 // X-API-Stability on the beta pets and experimental store areas, and the
 // deprecation headers on GET /v1/pets/{petId}. It runs before the limiter,
@@ -152,6 +170,9 @@ func sunset(d deprecation, now func() time.Time, next http.Handler) http.Handler
 func areaHeaders(d deprecation, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := r.URL.EscapedPath() // so that an escaped "/" stays inside its segment
+		if strings.IndexByte(p, '%') >= 0 {
+			p = unescapeSegments(p)
+		}
 		switch {
 		case p == "/v1/pets" || strings.HasPrefix(p, "/v1/pets/"):
 			w.Header().Set("X-API-Stability", "beta")

@@ -246,3 +246,57 @@ func TestStagingEnvironment(t *testing.T) {
 		t.Errorf("the document does not advertise the staging server")
 	}
 }
+
+// TestEscapedPathKeepsAreaHeaders checks that an escaped letter in the
+// path, which the router decodes and so still reaches the operation, does
+// not lose the stability and deprecation headers.
+func TestEscapedPathKeepsAreaHeaders(t *testing.T) {
+	ts := startServer(t)
+	addr := strings.TrimPrefix(ts.base, "http://")
+	ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"Dog"}`)
+	ts.do(t, "POST", "/v1/pets", ts.key, `{"name":"Rex","categoryId":1}`)
+	auth := []string{"Authorization", "Bearer " + ts.key}
+	for _, tt := range []struct {
+		path, stability string
+		deprecated      bool
+	}{
+		{"/v1/p%65ts/1", "beta", true}, // GET /v1/pets/{petId}
+		{"/%761/pets/1", "beta", true},
+		{"/v1/p%65ts", "beta", false},                 // GET /v1/pets
+		{"/v1/st%6fre/orders", "experimental", false}, // GET /v1/store/orders
+	} {
+		res, err := rawExchange(addr, rawRequest("GET", tt.path, auth, ""), false)
+		if err != nil || res.closed {
+			t.Fatalf("%s: no answer: %v", tt.path, err)
+		}
+		if res.status != 200 {
+			t.Errorf("%s: status %d: %s", tt.path, res.status, res.body)
+		}
+		if got := res.header.Get("X-API-Stability"); got != tt.stability {
+			t.Errorf("%s: X-API-Stability %q, want %q", tt.path, got, tt.stability)
+		}
+		for _, h := range []string{"Deprecation", "Sunset", "Link"} {
+			if got := res.header.Get(h); (got != "") != tt.deprecated {
+				t.Errorf("%s: %s %q, want it only on the deprecated operation", tt.path, h, got)
+			}
+		}
+	}
+}
+
+// TestMalformedQueryIs400 checks that a filter or page parameter that does
+// not parse is refused, not dropped: the client would get the whole list
+// where it asked for part of it.
+func TestMalformedQueryIs400(t *testing.T) {
+	ts := startServer(t)
+	ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"Dog"}`)
+	ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"Cat"}`)
+	ts.do(t, "POST", "/v1/pets", ts.key, `{"name":"Rex","categoryId":1}`)
+	ts.do(t, "POST", "/v1/pets", ts.key, `{"name":"Tom","categoryId":2}`)
+	for _, path := range []string{"/v1/pets?categoryId=2%", "/v1/pets?categoryId=%zz", "/v1/pets?categoryId=2;x=1",
+		"/v1/pets?status=%zz", "/v1/categories?limit=%zz", "/v1/categories?limit=1;x"} {
+		wantError(t, ts.do(t, "GET", path, ts.key, ""), 400, "validation_failed")
+	}
+	if got := decode[[]Pet](t, ts.do(t, "GET", "/v1/pets?categoryId=2", ts.key, "")); len(got) != 1 || got[0].Name != "Tom" {
+		t.Errorf("a well-formed filter: %v", got)
+	}
+}
