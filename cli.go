@@ -67,7 +67,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runMigrate(ctx, rest, getenv, stdout)
 	case "version":
 		if _, err := parseFlags(newFlagSet("version"), rest, getenv, stdout, 0); err != nil {
-			return err
+			return helpIsNoError(err)
 		}
 		fmt.Fprintln(stdout, "petstore", buildVersion())
 		return nil
@@ -263,15 +263,11 @@ func runBackup(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return helpIsNoError(err)
 	}
-	store, err := openStore(ctx, *db, false, time.Now, defaultBusyTimeout)
-	if err != nil {
+	if err := backupDatabase(ctx, *db, pos[0], defaultBusyTimeout); err != nil {
 		return err
 	}
-	if err := store.Backup(ctx, pos[0]); err != nil {
-		return errors.Join(err, store.Close())
-	}
 	fmt.Fprintf(stdout, "backed up %s to %s\n", *db, pos[0])
-	return store.Close()
+	return nil
 }
 
 func runKeys(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -279,6 +275,11 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 		return usagef("keys: want a subcommand: create, list, revoke or unban")
 	}
 	sub, args := args[0], args[1:]
+	if sub == "-h" || sub == "-help" || sub == "--help" || sub == "help" {
+		fmt.Fprint(stdout, "usage: petstore keys create|list|revoke|unban [flags]\n"+
+			"petstore keys SUBCOMMAND -h lists a subcommand's flags.\n")
+		return nil
+	}
 	fs := newFlagSet("keys " + sub)
 	db := dbFlag(fs)
 	switch sub {

@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -161,6 +165,12 @@ func TestEnvironmentFallbacks(t *testing.T) {
 	if err != nil || !strings.Contains(out, "-public-url") {
 		t.Errorf("serve -h: %v %q", err, out)
 	}
+	if _, _, err = runCLI(t, nil, "version", "-h"); err != nil {
+		t.Errorf("version -h: %v", err)
+	}
+	if out, _, err = runCLI(t, nil, "keys", "-h"); err != nil || !strings.Contains(out, "create") {
+		t.Errorf("keys -h: %v %q", err, out)
+	}
 }
 
 func TestStartupFailures(t *testing.T) {
@@ -287,5 +297,87 @@ func TestKilledServerKeepsAcknowledgedWrites(t *testing.T) {
 	}
 	if len(acked) != 200 {
 		t.Errorf("%d creates acknowledged, want 200", len(acked))
+	}
+}
+
+// TestConcurrentMigrationsLeaveDatabaseClean starts several migrations of
+// one new database at once, as a server and a "keys create" starting
+// together do: all must succeed and leave it clean at the latest version.
+func TestConcurrentMigrationsLeaveDatabaseClean(t *testing.T) {
+	latest, err := latestMigration()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for trial := range 10 {
+		db := filepath.Join(t.TempDir(), "m.db")
+		var wg sync.WaitGroup
+		errs := make([]error, 4)
+		for i := range errs {
+			wg.Go(func() {
+				errs[i] = run(context.Background(), []string{"migrate", "--db", db}, func(string) string { return "" }, io.Discard, io.Discard)
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("trial %d: %v", trial, err)
+		}
+		conn, err := sql.Open("sqlite", db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var version uint
+		var dirty bool
+		err = conn.QueryRow("SELECT version, dirty FROM schema_migrations").Scan(&version, &dirty)
+		conn.Close()
+		if err != nil || dirty || version != latest {
+			t.Fatalf("trial %d: version %d, dirty %v (%v); want %d, clean", trial, version, dirty, err, latest)
+		}
+	}
+}
+
+// TestBackupTakesAnySchemaAsItIs checks that backup copies a database of an
+// older schema version without migrating it or changing it (no WAL mode
+// forced on a file in rollback-journal mode), and that the copy is 0600.
+func TestBackupTakesAnySchemaAsItIs(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "old.db")
+	conn, err := sql.Open("sqlite", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	init1, err := migrationFiles.ReadFile("migrations/0001_init.up.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(string(init1) + `; CREATE TABLE schema_migrations (version uint64, dirty bool); INSERT INTO schema_migrations VALUES (1, 0);`); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	before, err := os.ReadFile(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dest := filepath.Join(dir, "copy.db")
+	if _, _, err := runCLI(t, nil, "backup", "--db", db, dest); err != nil {
+		t.Fatalf("backup of a version-1 database: %v", err)
+	}
+	if after, _ := os.ReadFile(db); !bytes.Equal(before, after) {
+		t.Error("backup changed its source")
+	}
+	st, err := os.Stat(dest)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("the copy: %v, mode %v; want 0600", err, st.Mode().Perm())
+	}
+	copied, err := sql.Open("sqlite", dest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer copied.Close()
+	var version int
+	if err := copied.QueryRow("SELECT version FROM schema_migrations").Scan(&version); err != nil || version != 1 {
+		t.Errorf("the copy's schema version: %d, %v; want 1, as it was", version, err)
+	}
+	if _, _, err := runCLI(t, nil, "keys", "list", "--db", "file:"+db); err == nil || !strings.Contains(err.Error(), "URI") {
+		t.Errorf("a --db starting with file: was not refused: %v", err)
 	}
 }

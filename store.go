@@ -81,12 +81,20 @@ func checkDatabaseFile(path string, create bool) error {
 	if strings.ContainsAny(path, "?#") {
 		return fmt.Errorf("database path %q: '?' and '#' are not allowed in the path", path)
 	}
+	if strings.HasPrefix(path, "file:") {
+		// SQLite would take it as a URI and open another file than the one
+		// checked and created (0600) here.
+		return fmt.Errorf("database path %q: SQLite reads a path starting with file: as a URI; write ./%s", path, path)
+	}
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		if !create {
 			return fmt.Errorf("database %s does not exist", path)
 		}
 		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			return checkDatabaseFile(path, false) // another process created it just now
+		}
 		if err != nil {
 			return fmt.Errorf("cannot create database %s: %w", path, unwrapPathError(err))
 		}
@@ -128,7 +136,7 @@ func unwrapPathError(err error) error {
 // openStore opens the database at path. With migrateUp it creates a missing
 // file and applies pending migrations, refusing a database whose schema is
 // newer than this binary knows; without, the file must exist and its schema
-// is taken as it is (backup copies any version).
+// is taken as it is.
 func openStore(ctx context.Context, path string, migrateUp bool, now func() time.Time, busy time.Duration) (*Store, error) {
 	if err := checkDatabaseFile(path, migrateUp); err != nil {
 		return nil, err
@@ -184,6 +192,11 @@ func openStore(ctx context.Context, path string, migrateUp bool, now func() time
 // It fails without changing anything when the database is dirty or ahead of
 // the migrations this binary embeds.
 func migrateDatabase(path string, busy time.Duration) error {
+	unlock, err := lockDirectory(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	db, err := sql.Open("sqlite", dsn(path, false, busy))
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
@@ -226,9 +239,36 @@ func migrateDatabase(path string, busy time.Duration) error {
 		return nil
 	}
 	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
-		return fmt.Errorf("migrate database %s: %w", path, describe(err))
+		// golang-migrate's error quotes the whole migration; one line is enough.
+		msg, _, _ := strings.Cut(describe(err).Error(), "\n")
+		return fmt.Errorf("migrate database %s: %s", path, msg)
 	}
 	return nil
+}
+
+// lockDirectory holds an exclusive lock (flock) on dir until unlock is
+// called, waiting for it if another process holds it. golang-migrate's
+// SQLite driver locks within one process only: a server and a "keys"
+// command starting together on a new database both ran the first
+// migration, and the loser left the database marked dirty. The lock is on
+// the directory, not the database file: closing a second descriptor of that
+// file would drop SQLite's own (POSIX) locks on it.
+func lockDirectory(dir string) (unlock func(), err error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s for migrating: %w", dir, unwrapPathError(err))
+	}
+	for {
+		err = unix.Flock(int(d.Fd()), unix.LOCK_EX)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		d.Close()
+		return nil, fmt.Errorf("lock %s for migrating: %w", dir, err)
+	}
+	return func() { d.Close() }, nil // closing it releases the lock
 }
 
 // upToDate reports whether db is clean at the latest embedded migration.
@@ -491,29 +531,46 @@ func (s *Store) EachOrder(ctx context.Context, fn func(Order) error) error {
 	}, fn, "SELECT id, pet_id, quantity, status, created_at FROM orders ORDER BY id")
 }
 
-// Backup writes a consistent copy of the live database to dest, which must
-// not exist yet. It writes a temporary file beside dest, syncs it and renames
-// it into place, so dest is either absent or complete.
-func (s *Store) Backup(ctx context.Context, dest string) error {
+// backupDatabase writes a consistent copy of the database at path to dest,
+// which must not exist yet, while a server may be using it. It reads the
+// source through a connection of its own that changes nothing: no journal
+// mode, no migration, no prepared statement, so a database of any schema
+// version (one not migrated yet, or left dirty) can be backed up as it is.
+// It writes a temporary file beside dest, syncs it and links it into place,
+// so dest is either absent or complete.
+func backupDatabase(ctx context.Context, path, dest string, busy time.Duration) error {
+	if err := checkDatabaseFile(path, false); err != nil {
+		return err
+	}
 	if _, err := os.Lstat(dest); err == nil {
 		return fmt.Errorf("backup: %s already exists; refusing to overwrite it", dest)
 	}
+	// No query_only: SQLite counts VACUUM INTO as a write, though it writes
+	// only the new file.
+	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout("+strconv.FormatInt(busy.Milliseconds(), 10)+")")
+	if err != nil {
+		return fmt.Errorf("open database: %w", err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	// The temporary file is created empty with mode 0600, and VACUUM INTO
+	// writes into it (it takes an empty file): the copy is never readable
+	// by others, not even while it is written.
 	tmp, err := os.CreateTemp(filepath.Dir(dest), "."+filepath.Base(dest)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
 	tmpName := tmp.Name()
 	tmp.Close()
-	os.Remove(tmpName) // VACUUM INTO wants to create the file itself
 	defer os.Remove(tmpName)
-	if _, err := s.w.ExecContext(ctx, "VACUUM INTO ?", tmpName); err != nil {
+	if _, err := db.ExecContext(ctx, "VACUUM INTO ?", tmpName); err != nil {
 		return fmt.Errorf("backup: %w", describe(err))
 	}
 	f, err := os.OpenFile(tmpName, os.O_RDWR, 0)
 	if err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
-	if err := errors.Join(f.Chmod(0o600), f.Sync(), f.Close()); err != nil {
+	if err := errors.Join(f.Sync(), f.Close()); err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
 	if err := os.Link(tmpName, dest); err != nil { // unlike Rename, Link never replaces dest
