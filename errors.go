@@ -166,10 +166,12 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 	// Unmarshal checks the whole body before it decodes any of it.
 	err = json.Unmarshal(body, dst)
 	var syntaxErr *json.SyntaxError
-	if errors.As(err, &syntaxErr) { // the decoder names the first error
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(dst); err != nil {
+	if errors.As(err, &syntaxErr) {
+		// The decoder says whether the error is in the object or after it.
+		// It reads the object as raw JSON, not into dst: a body that does
+		// not parse is invalid_json, whatever its object's fields.
+		var first json.RawMessage
+		if err := json.NewDecoder(bytes.NewReader(body)).Decode(&first); err != nil {
 			return jsonError(err)
 		}
 		return errorf(http.StatusBadRequest, "invalid_json", "the request body has data after the JSON object")

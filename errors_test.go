@@ -86,3 +86,30 @@ func TestCheckJSONShape(t *testing.T) {
 		}
 	}
 }
+
+// TestTrailingDataIsInvalidJSON checks that a body with data after its
+// object is invalid_json whatever the object holds: a field of the wrong
+// type or an unknown one must not make it validation_failed, or a client
+// that fixes that field then meets invalid_json for the same body.
+func TestTrailingDataIsInvalidJSON(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		dst  func() any
+	}{
+		{`{"name":5}x`, func() any { return new(newCategory) }},
+		{`{"colour":"red"} {}`, func() any { return new(newCategory) }},
+		{`{"NAME":1} {}`, func() any { return new(newCategory) }},
+		{`{"name":"Dog"} {}`, func() any { return new(newOrder) }},
+		{`{"petId":"1","quantity":1}garbage`, func() any { return new(newOrder) }},
+		{`{"name":"p","categoryId":1.5}]`, func() any { return new(newPet) }},
+		{`{"name":"Dog"}x`, func() any { return new(newCategory) }},
+	} {
+		r := httptest.NewRequest("POST", "/v1/x", strings.NewReader(c.body))
+		r.Header.Set("Content-Type", "application/json")
+		err := decodeJSON(httptest.NewRecorder(), r, c.dst())
+		var ae *apiError
+		if !errors.As(err, &ae) || ae.Status != 400 || ae.Code != "invalid_json" {
+			t.Errorf("%T %s: %v, want 400 invalid_json", c.dst(), c.body, err)
+		}
+	}
+}
