@@ -340,3 +340,79 @@ func processMemory(t *testing.T, pid int, field string) int64 {
 	t.Fatalf("no %s in /proc/%d/status", field, pid)
 	return 0
 }
+
+// lockDB takes the database's write lock in another process until the
+// returned function is called.
+func lockDB(t *testing.T, db string) (unlock func()) {
+	t.Helper()
+	locker := exec.Command(os.Args[0])
+	locker.Env = append(os.Environ(), "PETSTORE_TEST_LOCK="+db)
+	stdin, _ := locker.StdinPipe()
+	stdout, _ := locker.StdoutPipe()
+	if err := locker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { locker.Process.Kill() })
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "locked\n" {
+		t.Fatalf("the locking process said %q", line)
+	}
+	return func() { stdin.Close(); locker.Wait() }
+}
+
+// TestBanWrittenOnceDatabaseRecovers checks that a ban whose write failed
+// (the database locked by another process) is written when the lock goes,
+// and so survives a restart (DECISIONS: "A ban survives a restart").
+func TestBanWrittenOnceDatabaseRecovers(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "ban.db")
+	key := createKey(t, db, "--plan", "enterprise", "--rpm", "1", "--rpd", "1000")
+	args := []string{"--ban-threshold", "1", "--ban-duration", "15m", "--busy-timeout", "200ms"}
+	ts := startServerOn(t, db, key, args...)
+	ts.do(t, "GET", "/v1/categories", key, "")
+	unlock := lockDB(t, db)
+	wantError(t, ts.do(t, "GET", "/v1/categories", key, ""), 429, "rate_limited")
+	wantError(t, ts.do(t, "GET", "/v1/categories", key, ""), 429, "key_banned")
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(ts.stderr.String(), "store ban; will retry"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no failed ban write logged within 5s:\n%s", ts.stderr.String())
+		}
+	}
+	unlock()
+	s := testStore(t, db, false)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var until sql.NullString
+		if err := s.r.QueryRow("SELECT banned_until FROM api_keys WHERE id = 1").Scan(&until); err != nil {
+			t.Fatal(err)
+		}
+		if until.Valid {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the ban is not in the database 5s after the lock went")
+		}
+	}
+	ts.stop()
+	ts = startServerOn(t, db, key, args...)
+	wantError(t, ts.do(t, "GET", "/v1/categories", key, ""), 429, "key_banned")
+}
+
+// TestStoredBanEndsWhenItsRetryAfterSays checks that a ban read back from
+// the database ends at the same instant as the one the limiter imposed, so
+// that a client waiting exactly its Retry-After is let in: it was rounded
+// up to the next second on its way into the database.
+func TestStoredBanEndsWhenItsRetryAfterSays(t *testing.T) {
+	s := testStore(t, filepath.Join(t.TempDir(), "b.db"), true)
+	if _, err := s.CreateKey(context.Background(), hashKey(newKeySecret("production")), "", "free", 0, 0, "production"); err != nil {
+		t.Fatal(err)
+	}
+	until := time.Date(2026, 11, 22, 3, 0, 0, 123456789, time.UTC)
+	if err := s.SetKeyBan(context.Background(), 1, until); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := s.KeysSince(context.Background(), -1)
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("keys: %v, %v", keys, err)
+	}
+	if got := keys[0].BannedUntil; !got.Equal(until) {
+		t.Errorf("stored ban ends %v, imposed %v", got, until)
+	}
+}

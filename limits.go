@@ -127,13 +127,19 @@ type limBucket struct {
 
 type limKeyState struct {
 	limBucket
-	rpm      int64 // capacity the bucket holds; 0 until the first allowKey
 	count    int64 // requests counted on day, loaded ones included
 	pending  int64 // increments of day not yet taken by takeDayDeltas
 	banUntil int64 // Unix ns
-	refStart int64 // Unix ns of the first refusal of the current ban window
-	refusals int32
-	day      int32 // Unix day of count and pending
+	// The refusals counted for the ban, in windows of a minute: refusals in
+	// the one that started at refStart (Unix ns), prevRefusals in the one
+	// before it. The count "within one minute" is estimated as a sliding
+	// window: prevRefusals weighted by how much of it the last minute still
+	// covers, plus refusals.
+	refStart     int64
+	refusals     int32
+	prevRefusals int32
+	day          int32 // Unix day of count and pending
+	rpm          int32 // capacity the bucket holds (<= limMaxRPM); 0 until the first allowKey
 }
 
 // limAddrKey is an IPv4 address, or the /64 prefix of an IPv6 address.
@@ -206,12 +212,13 @@ func (l *limiter) allowKey(id int64, rpm, rpd int64) decision {
 		}
 		st.pending++
 	} else {
-		if now-st.refStart >= int64(time.Minute) {
-			st.refStart, st.refusals = now, 0
-		}
-		st.refusals++
-		if int64(st.refusals) > l.banThreshold {
-			st.banUntil, st.refStart, st.refusals = now+l.banDuration, 0, 0
+		st.countRefusal(now)
+		if st.recentRefusals(now) > float64(l.banThreshold) {
+			until := int64(math.MaxInt64) // saturating: --ban-duration has no upper bound
+			if now < math.MaxInt64-l.banDuration {
+				until = now + l.banDuration
+			}
+			st.banUntil, st.refStart, st.refusals, st.prevRefusals = until, 0, 0, 0
 			banned = true
 		}
 	}
@@ -312,7 +319,7 @@ func (l *limiter) setBan(id int64, until time.Time) {
 	defer s.mu.Unlock()
 	if until.IsZero() {
 		if st := s.t[id]; st != nil {
-			st.banUntil, st.refStart, st.refusals = 0, 0, 0
+			st.banUntil, st.refStart, st.refusals, st.prevRefusals = 0, 0, 0, 0
 		}
 		return
 	}
@@ -321,6 +328,17 @@ func (l *limiter) setBan(id int64, until time.Time) {
 	if until.Before(time.Unix(0, math.MaxInt64)) {
 		st.banUntil = until.UnixNano()
 	}
+}
+
+// banOf returns the end of key id's ban, the zero time when it has none.
+func (l *limiter) banOf(id int64) time.Time {
+	s := l.keyShard(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.t[id]; st != nil && st.banUntil > 0 {
+		return time.Unix(0, st.banUntil).UTC()
+	}
+	return time.Time{}
 }
 
 // loadDayCount sets key id's count for day to the stored n (plus increments
@@ -395,8 +413,8 @@ func (l *limiter) sweep() {
 		s.mu.Lock()
 		for id, st := range s.t {
 			if st.pending == 0 && st.banUntil <= now && (st.day < today || st.count == 0) &&
-				(st.refusals == 0 || now-st.refStart >= int64(time.Minute)) &&
-				(st.rpm == 0 || st.untilFull(st.rpm) <= now-st.last) {
+				(st.refusals == 0 || now-st.refStart >= 2*int64(time.Minute)) &&
+				(st.rpm == 0 || st.untilFull(int64(st.rpm)) <= now-st.last) {
 				delete(s.t, id)
 			}
 		}
@@ -514,18 +532,39 @@ func limBanned(until, now, rpm, rpd int64) decision {
 	return d
 }
 
+// countRefusal counts a refusal at now in the current minute window, moving
+// on to a new window when that one is over.
+func (st *limKeyState) countRefusal(now int64) {
+	switch elapsed := now - st.refStart; {
+	case st.refusals == 0 && st.prevRefusals == 0 || elapsed >= 2*int64(time.Minute) || elapsed < 0:
+		st.refStart, st.refusals, st.prevRefusals = now, 0, 0
+	case elapsed >= int64(time.Minute):
+		st.refStart, st.prevRefusals, st.refusals = st.refStart+int64(time.Minute), st.refusals, 0
+	}
+	if st.refusals < math.MaxInt32 {
+		st.refusals++
+	}
+}
+
+// recentRefusals estimates the refusals of the minute before now (see
+// refStart).
+func (st *limKeyState) recentRefusals(now int64) float64 {
+	covered := 1 - float64(now-st.refStart)/float64(time.Minute)
+	return float64(st.prevRefusals)*max(0, covered) + float64(st.refusals)
+}
+
 // setRPM brings the bucket up to now and to capacity rpm. A fresh bucket
 // starts full; on a plan change the tokens already spent stay spent.
 func (st *limKeyState) setRPM(now, rpm int64) {
 	switch {
-	case rpm == st.rpm:
+	case rpm == int64(st.rpm):
 	case st.rpm == 0:
 		st.tokens, st.last = rpm*limTokenUnit, now
 	default:
-		st.refill(now, st.rpm)
-		st.tokens = max(0, min(rpm*limTokenUnit, st.tokens+(rpm-st.rpm)*limTokenUnit))
+		st.refill(now, int64(st.rpm))
+		st.tokens = max(0, min(rpm*limTokenUnit, st.tokens+(rpm-int64(st.rpm))*limTokenUnit))
 	}
-	st.rpm = rpm
+	st.rpm = int32(rpm)
 	if rpm > 0 {
 		st.refill(now, rpm)
 	}
@@ -700,10 +739,24 @@ func upkeep(ctx context.Context, lim *limiter, store *Store, bans <-chan keyBan,
 			logger.Error("write day counts; will retry", "err", err)
 		}
 	}
+	var unwritten []keyBan
 	writeBan := func(ctx context.Context, b keyBan) {
-		if err := store.SetKeyBan(ctx, b.id, b.until); err != nil {
+		if err := store.SetKeyBan(context.WithoutCancel(ctx), b.id, b.until); err != nil {
 			m.dbErrors.Inc()
-			logger.Error("store ban; it holds in memory until a restart", "key", b.id, "err", err)
+			unwritten = append(unwritten, b)
+			logger.Error("store ban; will retry", "key", b.id, "err", err)
+		}
+	}
+	// A ban that could not be written is retried every tick and on the way
+	// out, while the limiter still holds it as it was: not once it has
+	// ended, or "keys unban" lifted it meanwhile (a retry must not undo that).
+	retryBans := func(ctx context.Context) {
+		bs := unwritten
+		unwritten = nil
+		for _, b := range bs {
+			if lim.banOf(b.id).Equal(b.until) && b.until.After(time.Now()) {
+				writeBan(ctx, b)
+			}
 		}
 	}
 	for ticks := 1; ; {
@@ -713,6 +766,7 @@ func upkeep(ctx context.Context, lim *limiter, store *Store, bans <-chan keyBan,
 			for len(bans) > 0 {
 				writeBan(final, <-bans)
 			}
+			retryBans(final)
 			flush(final)
 			return
 		case b := <-bans:
@@ -720,6 +774,7 @@ func upkeep(ctx context.Context, lim *limiter, store *Store, bans <-chan keyBan,
 			logger.Warn("key banned", "key", b.id, "until", b.until.Format(time.RFC3339))
 			writeBan(ctx, b)
 		case <-tick.C:
+			retryBans(ctx)
 			flush(ctx)
 			if ticks++; ticks%sweepEvery == 0 {
 				lim.sweep()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -344,22 +345,60 @@ func TestLimiterBan(t *testing.T) {
 	}
 }
 
-func TestLimiterBanWindowRestarts(t *testing.T) {
-	var bans int
-	l, c := newLimTest(t, limiterConfig{BanThreshold: 10, BanDuration: time.Minute, OnBan: func(int64, time.Time) { bans++ }})
-	limDrain(t, l, 1, 60, 1) // refusal 1 of the window starting now
-	for range 9 {
-		l.allowKey(1, 60, 1)
+// TestLimiterBanWindowSlides checks that the refusals are counted over
+// the minute before each refusal, not in fixed windows that a burst could
+// straddle.
+func TestLimiterBanWindowSlides(t *testing.T) {
+	newBanTest := func() (*limiter, *limTestClock, *int) {
+		bans := new(int)
+		l, c := newLimTest(t, limiterConfig{BanThreshold: 10, BanDuration: time.Minute, OnBan: func(int64, time.Time) { *bans++ }})
+		return l, c, bans
 	}
-	c.add(time.Minute) // the window was [t, t+1m): the next refusal starts another
-	for range 10 {
-		l.allowKey(1, 60, 1)
+	refuse := func(l *limiter, n int) {
+		for range n {
+			l.allowKey(1, 60, 1)
+		}
 	}
-	if bans != 0 {
-		t.Fatal("refusals of two windows were added up")
+
+	// A burst across the boundary of two fixed minutes: 1 refusal, 9 at
+	// 59.5 s (10 within a minute: no ban yet), 1 at 60 s: 11 within a
+	// minute, a ban.
+	l, c, bans := newBanTest()
+	limDrain(t, l, 1, 60, 1)
+	c.add(59500 * time.Millisecond)
+	if refuse(l, 9); *bans != 0 {
+		t.Fatal("banned at 10 refusals within a minute, want more than 10")
 	}
-	if d := l.allowKey(1, 60, 1); d.Code != "key_banned" || d.RetryAfter != 60 || bans != 1 {
-		t.Fatalf("11th refusal in a window: %+v, %d bans", d, bans)
+	c.add(500 * time.Millisecond)
+	if d := l.allowKey(1, 60, 1); d.Code != "key_banned" || *bans != 1 {
+		t.Fatalf("the 11th refusal within a minute, across a minute's boundary: %+v, %d bans", d, *bans)
+	}
+
+	// 10 refusals, then 2 minutes later 10 more: never more than 10 within a
+	// minute.
+	l, c, bans = newBanTest()
+	limDrain(t, l, 1, 60, 1)
+	refuse(l, 9)
+	c.add(2 * time.Minute)
+	if refuse(l, 10); *bans != 0 {
+		t.Fatal("refusals two minutes apart were added up")
+	}
+	if d := l.allowKey(1, 60, 1); d.Code != "key_banned" || d.RetryAfter != 60 || *bans != 1 {
+		t.Fatalf("the 11th refusal within a minute: %+v, %d bans", d, *bans)
+	}
+
+	// 10 refusals, then 90 s later the last minute still holds about half of
+	// them (the estimate takes them as spread over their minute): 5 more are
+	// allowed, the 6th bans.
+	l, c, bans = newBanTest()
+	limDrain(t, l, 1, 60, 1)
+	refuse(l, 9)
+	c.add(90 * time.Second)
+	if refuse(l, 5); *bans != 0 {
+		t.Fatal("banned at an estimated 10 refusals within a minute")
+	}
+	if refuse(l, 1); *bans != 1 {
+		t.Fatal("not banned at an estimated 11 refusals within a minute")
 	}
 }
 
@@ -484,7 +523,7 @@ func TestLimiterSweep(t *testing.T) {
 	if st := l.stats(); st.keys != 1 {
 		t.Fatalf("refilling bucket: %+v, want key 5 only", st)
 	}
-	c.add(time.Minute)
+	c.add(2 * time.Minute) // and its refusal older than the ban's window
 	l.sweep()
 	if st := l.stats(); st.keys != 0 {
 		t.Fatalf("full again: %+v", st)
@@ -681,5 +720,16 @@ func TestDecisionSetHeaders(t *testing.T) {
 	l.allowKey(1, 60, 1000).setHeaders(h)
 	if h.Get("X-RateLimit-Reset") != fmt.Sprint(limT0.Unix()+2) || h.Get("RateLimit") != `"minute";r=59;t=1` {
 		t.Fatalf("live headers %v", h)
+	}
+}
+
+func TestLimiterBanDurationSaturates(t *testing.T) {
+	l, _ := newLimTest(t, limiterConfig{BanThreshold: 1, BanDuration: math.MaxInt64})
+	limDrain(t, l, 1, 60, 1000)
+	if d := l.allowKey(1, 60, 1000); d.Code != "key_banned" {
+		t.Fatalf("the 2nd refusal: %+v, want the ban", d)
+	}
+	if d := l.allowKey(1, 60, 1000); d.Code != "key_banned" {
+		t.Fatalf("a ban of the longest duration wrapped around: %+v", d)
 	}
 }

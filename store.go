@@ -689,10 +689,7 @@ func (s *Store) RevokeKey(ctx context.Context, id int64) error {
 func (s *Store) SetKeyBan(ctx context.Context, id int64, until time.Time) error {
 	var v any
 	if !until.IsZero() {
-		if t := until.Truncate(time.Second); t.Before(until) {
-			until = t.Add(time.Second)
-		}
-		v = until.UTC().Format(time.RFC3339)
+		v = until.UTC().Format(time.RFC3339Nano)
 	}
 	return s.updateKey(ctx, id, "banned_until = ?", v)
 }
