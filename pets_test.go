@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -298,5 +301,53 @@ func TestMalformedQueryIs400(t *testing.T) {
 	}
 	if got := decode[[]Pet](t, ts.do(t, "GET", "/v1/pets?categoryId=2", ts.key, "")); len(got) != 1 || got[0].Name != "Tom" {
 		t.Errorf("a well-formed filter: %v", got)
+	}
+}
+
+// TestSlowClientsDoNotHoldReadConnections checks that clients that do not
+// read a long list leave the read pool (four connections) to everyone
+// else: five of them used to stall every read, /readyz included, until the
+// write timeout (60 s).
+func TestSlowClientsDoNotHoldReadConnections(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "slow.db")
+	key := createKey(t, db, "--plan", "enterprise", "--rpm", "100000", "--rpd", "1000000")
+	s := testStore(t, db, true)
+	// About 8 MB of JSON: more than the server's socket send buffer takes
+	// (4 MiB at most here), the clients' receive buffers being kept small.
+	if _, err := s.w.Exec(`INSERT INTO categories (name, fold) VALUES ('c', 'c');
+		WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 90000)
+		INSERT INTO pets (name, category_id, status) SELECT printf('pet number %06d of the long list', i), 1, 'available' FROM n`); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	ts := startServerOn(t, db, key)
+	addr := strings.TrimPrefix(ts.base, "http://")
+	small := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var err error
+		rc.Control(func(fd uintptr) { err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return err
+	}}
+	for range 5 {
+		c, err := small.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "GET /v1/pets HTTP/1.1\r\nHost: petstore\r\nAuthorization: Bearer %s\r\n\r\n", key)
+		// and never read
+	}
+	time.Sleep(500 * time.Millisecond) // for the five to fill their sockets
+	client := &http.Client{Timeout: 5 * time.Second}
+	for _, u := range []string{ts.base + "/v1/categories?limit=1", ts.admin + "/readyz"} {
+		req, _ := http.NewRequest("GET", u, nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s beside five clients that do not read: %v", u, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("GET %s: %d", u, resp.StatusCode)
+		}
 	}
 }

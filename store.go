@@ -358,6 +358,40 @@ func isForeignKeyViolation(err error) bool {
 	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
 }
 
+// listChunk is how many rows eachChunk reads at a time.
+const listChunk = 1000
+
+// eachChunk calls fn with every row of query, in ascending id order, reading
+// listChunk rows at a time: query's last two parameters are the id to start
+// after and the number of rows, and idOf gives a row's id. Each chunk is read
+// whole and its connection given back to the read pool before fn sees any
+// of it, so that a slow client, to whom fn writes, holds none of the pool's
+// four connections (four such clients used to stall every read, /readyz
+// included, for up to the write timeout). Rows are never deleted and ids
+// only grow, so the chunks, each read in its own transaction, add up to the
+// list with every row once, and perhaps rows created meanwhile at its end.
+func eachChunk[T any](ctx context.Context, db *sql.DB, what string, scan func(*sql.Rows) (T, error), idOf func(T) int64, fn func(T) error, query string, args ...any) error {
+	chunk := make([]T, 0, listChunk)
+	after := int64(0)
+	for {
+		chunk = chunk[:0]
+		err := each(ctx, db, what, scan, func(v T) error { chunk = append(chunk, v); return nil },
+			query, append(args, after, listChunk)...)
+		if err != nil {
+			return err
+		}
+		for _, v := range chunk {
+			if err := fn(v); err != nil {
+				return err
+			}
+		}
+		if len(chunk) < listChunk {
+			return nil
+		}
+		after = idOf(chunk[len(chunk)-1])
+	}
+}
+
 // each runs query on the read pool and calls fn with every row that scan
 // reads, stopping at fn's first error. what names the query in errors.
 func each[T any](ctx context.Context, db *sql.DB, what string, scan func(*sql.Rows) (T, error), fn func(T) error, query string, args ...any) error {
@@ -420,7 +454,8 @@ func (s *Store) CreateCategory(ctx context.Context, name, fold string, descripti
 // EachCategory calls fn for every category in ascending id order and stops
 // at fn's first error.
 func (s *Store) EachCategory(ctx context.Context, fn func(Category) error) error {
-	return each(ctx, s.r, "list categories", scanCategory, fn, "SELECT id, name, description FROM categories ORDER BY id")
+	return eachChunk(ctx, s.r, "list categories", scanCategory, func(c Category) int64 { return c.ID }, fn,
+		"SELECT id, name, description FROM categories WHERE id > ? ORDER BY id LIMIT ?")
 }
 
 // CategoriesGen returns the generation of the categories table: it grows
@@ -474,8 +509,8 @@ type petFilter struct {
 
 // EachPet calls fn for every pet that matches f, in ascending id order.
 func (s *Store) EachPet(ctx context.Context, f petFilter, fn func(Pet) error) error {
-	return each(ctx, s.r, "list pets", scanPet, fn, `SELECT id, name, category_id, status FROM pets
-		WHERE (?1 = 0 OR category_id = ?1) AND (?2 = '' OR status = ?2) ORDER BY id`, f.CategoryID, f.Status)
+	return eachChunk(ctx, s.r, "list pets", scanPet, func(p Pet) int64 { return p.ID }, fn, `SELECT id, name, category_id, status FROM pets
+		WHERE (?1 = 0 OR category_id = ?1) AND (?2 = '' OR status = ?2) AND id > ?3 ORDER BY id LIMIT ?4`, f.CategoryID, f.Status)
 }
 
 // Pet returns the pet with the given id, or errNotFound.
@@ -524,11 +559,11 @@ func (s *Store) CreateOrder(ctx context.Context, petID, quantity int64) (Order, 
 
 // EachOrder calls fn for every order in ascending id order.
 func (s *Store) EachOrder(ctx context.Context, fn func(Order) error) error {
-	return each(ctx, s.r, "list orders", func(rows *sql.Rows) (Order, error) {
+	return eachChunk(ctx, s.r, "list orders", func(rows *sql.Rows) (Order, error) {
 		var o Order
 		err := rows.Scan(&o.ID, &o.PetID, &o.Quantity, &o.Status, &o.CreatedAt)
 		return o, err
-	}, fn, "SELECT id, pet_id, quantity, status, created_at FROM orders ORDER BY id")
+	}, func(o Order) int64 { return o.ID }, fn, "SELECT id, pet_id, quantity, status, created_at FROM orders WHERE id > ? ORDER BY id LIMIT ?")
 }
 
 // backupDatabase writes a consistent copy of the database at path to dest,
