@@ -709,8 +709,14 @@ func clientAddr(r *http.Request, trustProxy bool) netip.Addr {
 			if i := strings.LastIndexByte(last, ','); i >= 0 {
 				last = last[i+1:]
 			}
-			if a, err := netip.ParseAddr(strings.TrimSpace(last)); err == nil {
+			last = strings.TrimSpace(last)
+			if a, err := netip.ParseAddr(last); err == nil {
 				return a
+			}
+			// Some proxies append the client's port too: "1.2.3.4:5678",
+			// "[2001:db8::1]:5678".
+			if ap, err := netip.ParseAddrPort(last); err == nil {
+				return ap.Addr()
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"slices"
 	"strings"
@@ -731,5 +732,31 @@ func TestLimiterBanDurationSaturates(t *testing.T) {
 	}
 	if d := l.allowKey(1, 60, 1000); d.Code != "key_banned" {
 		t.Fatalf("a ban of the longest duration wrapped around: %+v", d)
+	}
+}
+
+func TestClientAddr(t *testing.T) {
+	for _, tc := range []struct {
+		xff   string
+		trust bool
+		want  string
+	}{
+		{"", true, "10.0.0.1"},
+		{"203.0.113.5", false, "10.0.0.1"},
+		{"203.0.113.5", true, "203.0.113.5"},
+		{"198.51.100.9, 203.0.113.5", true, "203.0.113.5"}, // the earlier entries are the client's word
+		{"203.0.113.5:4711", true, "203.0.113.5"},         // a proxy that appends the port
+		{"[2001:db8::1]:4711", true, "2001:db8::1"},
+		{" 2001:db8::1 ", true, "2001:db8::1"},
+		{"not an address", true, "10.0.0.1"},
+	} {
+		r := httptest.NewRequest("GET", "/v1/categories", nil)
+		r.RemoteAddr = "10.0.0.1:555"
+		if tc.xff != "" {
+			r.Header.Set("X-Forwarded-For", tc.xff)
+		}
+		if got := clientAddr(r, tc.trust); got.String() != tc.want {
+			t.Errorf("X-Forwarded-For %q, trust %v: %v, want %s", tc.xff, tc.trust, got, tc.want)
+		}
 	}
 }
