@@ -746,12 +746,14 @@ func upkeep(ctx context.Context, lim *limiter, store *Store, bans <-chan keyBan,
 		}
 	}
 	var unwritten []keyBan
-	writeBan := func(ctx context.Context, b keyBan) {
+	writeBan := func(ctx context.Context, b keyBan) bool {
 		if err := store.SetKeyBan(context.WithoutCancel(ctx), b.id, b.until); err != nil {
 			m.dbErrors.Inc()
 			unwritten = append(unwritten, b)
 			logger.Error("store ban; will retry", "key", b.id, "err", err)
+			return false
 		}
+		return true
 	}
 	// A ban that could not be written is retried every tick and on the way
 	// out, while the limiter still holds it as it was: not once it has
@@ -759,9 +761,12 @@ func upkeep(ctx context.Context, lim *limiter, store *Store, bans <-chan keyBan,
 	retryBans := func(ctx context.Context) {
 		bs := unwritten
 		unwritten = nil
-		for _, b := range bs {
-			if lim.banOf(b.id).Equal(b.until) && b.until.After(time.Now()) {
-				writeBan(ctx, b)
+		for i, b := range bs {
+			if lim.banOf(b.id).Equal(b.until) && b.until.After(time.Now()) && !writeBan(ctx, b) {
+				// The database still fails: keep the rest for the next
+				// tick rather than wait out a busy timeout for each.
+				unwritten = append(unwritten, bs[i+1:]...)
+				return
 			}
 		}
 	}

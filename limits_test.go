@@ -745,7 +745,7 @@ func TestClientAddr(t *testing.T) {
 		{"203.0.113.5", false, "10.0.0.1"},
 		{"203.0.113.5", true, "203.0.113.5"},
 		{"198.51.100.9, 203.0.113.5", true, "203.0.113.5"}, // the earlier entries are the client's word
-		{"203.0.113.5:4711", true, "203.0.113.5"},         // a proxy that appends the port
+		{"203.0.113.5:4711", true, "203.0.113.5"},          // a proxy that appends the port
 		{"[2001:db8::1]:4711", true, "2001:db8::1"},
 		{" 2001:db8::1 ", true, "2001:db8::1"},
 		{"not an address", true, "10.0.0.1"},
