@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -403,4 +405,118 @@ func tokenJSONShape(body []byte) (topKeys []string, _ *apiError) {
 			stack[top].wantKey = true
 		}
 	}
+}
+
+// refDecode is an independent strict reference: whole body must be one valid
+// JSON object (JSON whitespace around it allowed), valid UTF-8, no duplicate
+// keys (after unescaping) in any object, depth <= 32, top-level keys exactly
+// the struct's json names; then types via json.Unmarshal.
+func refDecode(body []byte, dst any) string {
+	if !utf8.Valid(body) || !json.Valid(body) {
+		return "invalid_json"
+	}
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return "invalid_json"
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	type fr struct {
+		obj, wantKey bool
+		keys         map[string]bool
+	}
+	var st []fr
+	var top []string
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return "invalid_json"
+		}
+		if d, ok := tok.(json.Delim); ok {
+			switch d {
+			case '{', '[':
+				if len(st) == maxJSONDepth {
+					return "invalid_json"
+				}
+				st = append(st, fr{obj: d == '{', wantKey: d == '{', keys: map[string]bool{}})
+				continue
+			default:
+				st = st[:len(st)-1]
+			}
+		} else if n := len(st); n > 0 && st[n-1].obj && st[n-1].wantKey {
+			k := tok.(string)
+			if st[n-1].keys[k] {
+				return "invalid_json"
+			}
+			st[n-1].keys[k] = true
+			st[n-1].wantKey = false
+			if n == 1 {
+				top = append(top, k)
+			}
+			continue
+		}
+		if n := len(st); n > 0 && st[n-1].obj {
+			st[n-1].wantKey = true
+		}
+	}
+	known := jsonFieldNames(dst)
+	for _, k := range top {
+		if !slices.Contains(known, k) {
+			return "validation_failed"
+		}
+	}
+	if err := json.Unmarshal(body, dst); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return "validation_failed"
+		}
+		return "other:" + err.Error()
+	}
+	return "ok"
+}
+
+func gotDecode(body []byte, dst any) string {
+	r := httptest.NewRequest("POST", "/v1/x", bytes.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	err := decodeJSON(httptest.NewRecorder(), r, dst)
+	if err == nil {
+		return "ok"
+	}
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		return "nonapi:" + err.Error()
+	}
+	if ae.Status == 413 {
+		return "413"
+	}
+	return ae.Code
+}
+
+// FuzzDecodeDiff holds decodeJSON, for each body type, to refDecode: the
+// same answer (ok, invalid_json, validation_failed or 413) and, when both
+// accept a body, the same decoded value. The fast one-pass shape check and
+// the exact-key rule are what it watches: FuzzJSONShape compares two
+// checkers that share that rule, and the FuzzDecode* targets only check
+// that an answer is one of the allowed ones.
+func FuzzDecodeDiff(f *testing.F) {
+	addBodySeeds(f, `{"name":"a","na\u006de":"b"}`, `{"\u212aey":1}`, `{"ſtatus":"sold"}`, `{"name":1}x`)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if len(body) > maxBodyBytes {
+			return
+		}
+		for _, mk := range []func() any{func() any { return new(newCategory) }, func() any { return new(newPet) }, func() any { return new(newOrder) }} {
+			d1, d2 := mk(), mk()
+			want := refDecode(body, d1)
+			got := gotDecode(body, d2)
+			if want != got {
+				t.Fatalf("%T %q: got %s, reference %s", d1, body, got, want)
+			}
+			if got == "ok" && !reflect.DeepEqual(d1, d2) {
+				t.Fatalf("%T %q: decoded differently", d1, body)
+			}
+		}
+	})
 }
