@@ -153,9 +153,9 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	}
 
 	// The background work outlives ctx: it stops only once the servers have
-	// drained (deferred, so it runs on the way out), so that the requests
-	// answered during the drain get their log lines written and their day
-	// counts stored like any other.
+	// drained (deferred, so it runs on the way out), so that the log is
+	// still written during the drain, and the upkeep's last write of day
+	// counts and bans comes after the last request.
 	var wg sync.WaitGroup
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
@@ -491,6 +491,7 @@ func recoverPanics(logger *slog.Logger, next http.Handler) http.Handler {
 				// The status went out, perhaps part of the body: abort the
 				// connection, so that the client sees the answer cut off
 				// instead of a short body that looks complete.
+				noteError(w, fmt.Errorf("panic after the status was sent: %v", p))
 				panic(http.ErrAbortHandler)
 			}
 			writeError(w, r, errors.New("panic"))
