@@ -181,19 +181,7 @@ func TestLockedDatabaseGives503(t *testing.T) {
 		t.Fatalf("create: %d", r.status)
 	}
 
-	locker := exec.Command(os.Args[0])
-	locker.Env = append(os.Environ(), "PETSTORE_TEST_LOCK="+db)
-	stdin, _ := locker.StdinPipe()
-	stdout, _ := locker.StdoutPipe()
-	if err := locker.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer locker.Process.Kill()
-	line, _ := bufio.NewReader(stdout).ReadString('\n')
-	if line != "locked\n" {
-		t.Fatalf("the locking process said %q", line)
-	}
-
+	unlock := lockDB(t, db)
 	r := ts.do(t, "POST", "/v1/categories", key, `{"name":"during"}`)
 	wantError(t, r, 503, "unavailable")
 	if r.header.Get("Retry-After") == "" {
@@ -202,8 +190,7 @@ func TestLockedDatabaseGives503(t *testing.T) {
 	if r := ts.do(t, "GET", "/v1/categories", key, ""); r.status != 200 {
 		t.Errorf("read while another process holds the write lock: %d", r.status)
 	}
-	stdin.Close()
-	locker.Wait()
+	unlock()
 	if r := ts.do(t, "POST", "/v1/categories", key, `{"name":"after"}`); r.status != 201 {
 		t.Errorf("create after the lock was released: %d %s", r.status, r.body)
 	}

@@ -451,11 +451,14 @@ func (s *Store) CreateCategory(ctx context.Context, name, fold string, descripti
 	return c, nil
 }
 
+// categoriesAfter reads the categories after an id, up to a limit.
+const categoriesAfter = "SELECT id, name, description FROM categories WHERE id > ? ORDER BY id LIMIT ?"
+
 // EachCategory calls fn for every category in ascending id order and stops
 // at fn's first error.
 func (s *Store) EachCategory(ctx context.Context, fn func(Category) error) error {
 	return eachChunk(ctx, s.r, "list categories", scanCategory, func(c Category) int64 { return c.ID }, fn,
-		"SELECT id, name, description FROM categories WHERE id > ? ORDER BY id LIMIT ?")
+		categoriesAfter)
 }
 
 // CategoriesGen returns the generation of the categories table: it grows
@@ -466,7 +469,7 @@ func (s *Store) CategoriesGen() uint64 { return s.categoriesGen.Load() }
 // afterID, in ascending id order.
 func (s *Store) EachCategoryAfter(ctx context.Context, afterID int64, limit int, fn func(Category) error) error {
 	return each(ctx, s.r, "list categories", scanCategory, fn,
-		"SELECT id, name, description FROM categories WHERE id > ? ORDER BY id LIMIT ?", afterID, limit)
+		categoriesAfter, afterID, limit)
 }
 
 func scanCategory(rows *sql.Rows) (Category, error) {
