@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Load benchmark of petstore against a bare net/http baseline; see README
 # "Benchmarks". Prints one Markdown table and saves it to bench/out/results.md.
-#   DURATION=10s RUNS=3 WARMUP=3s bench/run.sh    # the full run (about 5 min)
+#   DURATION=10s RUNS=3 WARMUP=3s bench/run.sh    # the full run (about 4 min)
 #   QUICK=1 bench/run.sh                          # smoke test: 1 x 2 s, no 1M rows
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -115,7 +115,7 @@ for i in $(seq -f %03g 1 100); do
 		-d "{\"name\":\"cat-$i\",\"description\":\"Benchmark category number $i\"}" "$P/v1/categories"
 done
 petstore backup --db "$DB" "$TMP/seeded.db" >/dev/null 2>&1 # for the start-up row: 100 rows, not 100 + POSTs
-curl -s "${AUTH[@]}" "$P/v1/categories" >"$TMP/list.json"
+curl -s -D "$TMP/headers.txt" "${AUTH[@]}" "$P/v1/categories" >"$TMP/list.json"
 
 # The baseline runs beside petstore, also on CPU 1, and the timed runs
 # alternate between the two (petstore, baseline, petstore, ...): this
@@ -130,17 +130,29 @@ B="http://127.0.0.1:$PORT"
 wait_up "$B/healthz"
 # Row 1 compares like with like only if both send the same bytes.
 cmp -s <(curl -s "$B/v1/categories") "$TMP/list.json" || log "WARNING: baseline and petstore GET bodies differ"
+# The ceiling: the baseline again, sending the headers petstore sent above
+# (precomputed) with petstore's server timeouts, and doing nothing else.
+PORT=$(free_port)
+start headers "$TMP/baseline" -addr "127.0.0.1:$PORT" -headers "$TMP/headers.txt" -timeouts
+H_PID=$PID
+H="http://127.0.0.1:$PORT"
+wait_up "$H/healthz"
 
 warm "$P/v1/categories" "${AUTH[@]}"
 warm "$B/v1/categories"
+warm "$H/v1/categories"
 for i in $(seq "$RUNS"); do
 	run_once get-petstore "$i" "$P/v1/categories" "${AUTH[@]}"
 	run_once get-baseline "$i" "$B/v1/categories"
+	run_once get-headers "$i" "$H/v1/categories"
 done
+stop "$H_PID"
 summarize get-petstore
 G_RPS=$RPS G_P50=$P50 G_P99=$P99 G_BAD=$(note)
 summarize get-baseline
 BG_RPS=$RPS BG_P50=$P50 BG_P99=$P99
+summarize get-headers
+HG_RPS=$RPS HG_P50=$P50 HG_P99=$P99
 
 warm "$P/v1/categories" "${AUTH[@]}" -s bench/post.lua
 warm "$B/v1/categories" -s bench/post.lua
@@ -161,6 +173,7 @@ stop "$B_PID"
 row 1 "GET /v1/categories, 100 rows: petstore${G_BAD}" "$G_RPS" "$G_P50" "$G_P99" "" "" "$(ratio "$G_RPS" "$BG_RPS")" ">= 0.80 x, p99 <= 5 ms" \
 	"$(ok "$G_RPS >= 0.8 * $BG_RPS && $G_P99 <= 5")"
 row 1 "GET /v1/categories, 100 rows: baseline" "$BG_RPS" "$BG_P50" "$BG_P99" "" "" 1.00 "" ""
+row 1 "GET: baseline with petstore's headers and timeouts, no other work (the ceiling)" "$HG_RPS" "$HG_P50" "$HG_P99" "" "" "$(ratio "$HG_RPS" "$BG_RPS")" "" ""
 row 2 "POST /v1/categories: petstore${C_BAD}" "$C_RPS" "$C_P50" "$C_P99" "" "" "$(ratio "$C_RPS" "$BC_RPS")" ">= 0.40 x" "$(ok "$C_RPS >= 0.4 * $BC_RPS")"
 row 2 "POST /v1/categories: baseline (decode only)" "$BC_RPS" "$BC_P50" "$BC_P99" "" "" 1.00 "" ""
 row 3 "peak RSS (VmHWM) under rows 1-2: petstore" "" "" "" "$RSS MiB" "" "$(ratio "$RSS" "$B_RSS")" "<= 25 MiB" "$(ok "$RSS <= 25")"
