@@ -403,3 +403,54 @@ func TestStoredBanEndsWhenItsRetryAfterSays(t *testing.T) {
 		t.Errorf("stored ban ends %v, imposed %v", got, until)
 	}
 }
+
+// TestBanStormKeepsEveryBan bans more keys at once than the old 1,024-slot
+// queue held, while the database is locked so that none can be written yet:
+// every ban must reach the database once the lock goes (and so survive a
+// restart), and each must be counted in petstore_bans_total.
+func TestBanStormKeepsEveryBan(t *testing.T) {
+	const n = 1100
+	db := filepath.Join(t.TempDir(), "storm.db")
+	key := createKey(t, db, "--plan", "enterprise", "--rpm", "1", "--rpd", "1000")
+	s := testStore(t, db, false)
+	keys := []string{key}
+	for len(keys) < n {
+		k := newKeySecret("production")
+		if _, err := s.CreateKey(context.Background(), hashKey(k), "", "enterprise", 1, 1000, "production"); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	ts := startServerOn(t, db, key, "--ban-threshold", "1", "--ban-duration", "15m", "--busy-timeout", "100ms")
+	unlock := lockDB(t, db)
+	var wg sync.WaitGroup
+	next := make(chan string)
+	for range 8 {
+		wg.Go(func() {
+			for k := range next {
+				ts.do(t, "GET", "/v1/categories", k, "")
+				wantError(t, ts.do(t, "GET", "/v1/categories", k, ""), 429, "rate_limited")
+				wantError(t, ts.do(t, "GET", "/v1/categories", k, ""), 429, "key_banned")
+			}
+		})
+	}
+	for _, k := range keys {
+		next <- k
+	}
+	close(next)
+	wg.Wait()
+	unlock()
+	banned := 0
+	for deadline := time.Now().Add(20 * time.Second); banned < n; time.Sleep(50 * time.Millisecond) {
+		if err := s.r.QueryRow("SELECT count(*) FROM api_keys WHERE banned_until IS NOT NULL").Scan(&banned); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d bans in the database 20s after the lock went", banned, n)
+		}
+	}
+	if m := ts.get(t, ts.admin+"/metrics"); !strings.Contains(m, fmt.Sprintf("petstore_bans_total %d\n", n)) {
+		i := strings.Index(m, "petstore_bans_total")
+		t.Errorf("metrics do not count %d bans: %.40q", n, m[max(i, 0):])
+	}
+}

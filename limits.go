@@ -730,7 +730,7 @@ func clientAddr(r *http.Request, trustProxy bool) netip.Addr {
 // upkeep keeps the limiter's state in the database until ctx ends: it
 // writes the day counts once a second and the bans as they come, and sweeps
 // idle state every sweepEvery. On the way out it writes what is left.
-func upkeep(ctx context.Context, lim *limiter, store *Store, bans <-chan keyBan, m *serverMetrics, logger *slog.Logger) {
+func upkeep(ctx context.Context, lim *limiter, store *Store, bans *banQueue, m *serverMetrics, logger *slog.Logger) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var buf []dayDelta
@@ -770,20 +770,37 @@ func upkeep(ctx context.Context, lim *limiter, store *Store, bans <-chan keyBan,
 			}
 		}
 	}
+	// newBans writes the bans imposed since the last call, in order, until
+	// one fails; the rest wait for the next tick's retryBans, as do all of
+	// them while earlier ones wait there.
+	var fresh []keyBan
+	newBans := func(ctx context.Context) {
+		fresh = bans.take(fresh[:0])
+		for _, b := range fresh {
+			m.bans.Inc()
+			logger.Warn("key banned", "key", b.id, "until", b.until.Format(time.RFC3339))
+		}
+		if len(unwritten) > 0 {
+			unwritten = append(unwritten, fresh...)
+			return
+		}
+		for i, b := range fresh {
+			if !writeBan(ctx, b) {
+				unwritten = append(unwritten, fresh[i+1:]...)
+				return
+			}
+		}
+	}
 	for ticks := 1; ; {
 		select {
 		case <-ctx.Done():
 			final := context.WithoutCancel(ctx)
-			for len(bans) > 0 {
-				writeBan(final, <-bans)
-			}
+			newBans(final)
 			retryBans(final)
 			flush(final)
 			return
-		case b := <-bans:
-			m.bans.Inc()
-			logger.Warn("key banned", "key", b.id, "until", b.until.Format(time.RFC3339))
-			writeBan(ctx, b)
+		case <-bans.wake:
+			newBans(ctx)
 		case <-tick.C:
 			retryBans(ctx)
 			flush(ctx)
@@ -801,4 +818,38 @@ const sweepEvery = 10
 type keyBan struct {
 	id    int64
 	until time.Time
+}
+
+// banQueue carries the bans the limiter imposes to upkeep. It keeps every
+// one, however many come while upkeep waits for the database (a channel
+// would have to drop them once full, and a dropped ban would not survive a
+// restart). It holds at most one ban per key and ban duration.
+type banQueue struct {
+	mu   sync.Mutex
+	bans []keyBan
+	wake chan struct{} // signalled when bans is no longer empty
+}
+
+func newBanQueue() *banQueue {
+	return &banQueue{wake: make(chan struct{}, 1)}
+}
+
+func (q *banQueue) push(b keyBan) {
+	q.mu.Lock()
+	q.bans = append(q.bans, b)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take appends the queued bans to dst, oldest first, and empties the queue.
+func (q *banQueue) take(dst []keyBan) []keyBan {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	dst = append(dst, q.bans...)
+	clear(q.bans)
+	q.bans = q.bans[:0]
+	return dst
 }

@@ -103,19 +103,14 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		logger.Info("stopped")
 	}()
 
-	bans := make(chan keyBan, 1024)
+	bans := newBanQueue()
 	lim := newLimiter(limiterConfig{
 		Now:          time.Now,
 		AnonRPM:      cfg.anonRPM,
 		MaxAddrs:     cfg.maxAddrs,
 		BanThreshold: cfg.banThreshold,
 		BanDuration:  cfg.banDuration,
-		OnBan: func(id int64, until time.Time) {
-			select {
-			case bans <- keyBan{id, until}:
-			default: // a ban storm: the ban holds in memory all the same
-			}
-		},
+		OnBan:        func(id int64, until time.Time) { bans.push(keyBan{id, until}) },
 	})
 	metrics := newServerMetrics(lim, store)
 	metrics.set.NewGauge("petstore_log_bytes_dropped_total", func() float64 { return float64(logs.lost.Load()) })
