@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
@@ -144,6 +145,10 @@ type categoryLists struct {
 	// never deleted, so from then on it is streamed without first being
 	// read up to that size again, on every request, to find out.
 	tooLarge atomic.Bool
+	// reading lets one request at a time read the list into a snapshot:
+	// after a write, every GET in flight finds the copy stale at once, and
+	// they wait for the first one's read instead of each reading it.
+	reading sync.Mutex
 }
 
 // pageKey names a page of the list: ?after_id=afterID&limit=limit.
@@ -211,10 +216,19 @@ func serveSnapshot(w http.ResponseWriter, r *http.Request, snap *listSnapshot) {
 // errTooLarge stops reading a list that will not be cached.
 var errTooLarge = errors.New("list too large to cache")
 
-// snapshot reads and serializes the whole list of generation gen and keeps
-// it, unless it is larger than maxCachedList or a write came in meanwhile;
-// it returns nil when there is nothing to serve from memory.
+// snapshot returns the list of generation gen or a later one: the one
+// another request read while this one waited, or else it reads and
+// serializes the whole list and keeps it, unless it is larger than
+// maxCachedList. It returns nil when there is nothing to serve from memory.
 func (l *categoryLists) snapshot(r *http.Request, gen uint64) *listSnapshot {
+	l.reading.Lock()
+	defer l.reading.Unlock()
+	if l.tooLarge.Load() {
+		return nil
+	}
+	if snap := l.cached.Load(); snap != nil && snap.gen >= gen {
+		return snap
+	}
 	buf := []byte{'['}
 	err := l.store.EachCategory(r.Context(), func(c Category) error {
 		item, err := json.Marshal(c)
@@ -238,10 +252,12 @@ func (l *categoryLists) snapshot(r *http.Request, gen uint64) *listSnapshot {
 		return nil
 	}
 	buf = append(buf, "]\n"...)
+	// Kept even when a write came in meanwhile: it holds at least all of
+	// generation gen (the generation grows after the commit), which is all
+	// a request that saw gen may be answered with; a request that sees the
+	// later generation reads again.
 	snap := newSnapshot(gen, buf)
-	if l.store.CategoriesGen() == gen {
-		l.cached.Store(snap)
-	}
+	l.cached.Store(snap)
 	return snap
 }
 

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -917,5 +918,58 @@ func TestTooLargeListIsNotReadTwice(t *testing.T) {
 	}
 	if list := get(); len(list) != 20002 || list[20001].Name != "last" {
 		t.Errorf("after a create: %d rows", len(list))
+	}
+}
+
+// TestListReadOnceAfterWrite checks that the GETs in flight after a write
+// share one read of the list: each used to read and serialize it on its
+// own, all 32 of them here, because each found the cached copy stale.
+func TestListReadOnceAfterWrite(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "herd.db")
+	key := createKey(t, db, "--plan", "business")
+	s := testStore(t, db, true)
+	// 5,000 rows, about 400 KB of JSON: cached, and long enough to read
+	// that the GETs below overlap.
+	if _, err := s.w.Exec(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5000)
+		INSERT INTO categories (name, fold, description) SELECT printf('category %06d', i), printf('category %06d', i), printf('%060d', i) FROM n`); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	ts := startServerOn(t, db, key)
+	reads := func() int {
+		m := ts.get(t, ts.admin+"/metrics")
+		_, v, ok := strings.Cut(m, "\npetstore_category_list_reads_total ")
+		n, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(v, "\n", 2)[0]))
+		if !ok || err != nil {
+			t.Fatalf("no petstore_category_list_reads_total in the metrics")
+		}
+		return n
+	}
+	if r := ts.do(t, "POST", "/v1/categories", key, `{"name":"newest"}`); r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	before := reads()
+	start := make(chan struct{})
+	etags := make([]string, 32)
+	var wg sync.WaitGroup
+	for i := range etags {
+		wg.Go(func() {
+			<-start
+			r := ts.do(t, "GET", "/v1/categories", key, "")
+			if r.status != 200 || !bytes.Contains(r.body, []byte(`"name":"newest"`)) {
+				t.Errorf("GET: %d, without the new category", r.status)
+			}
+			etags[i] = r.header.Get("ETag")
+		})
+	}
+	close(start)
+	wg.Wait()
+	if n := reads() - before; n != 1 {
+		t.Errorf("32 GETs after a write read the list %d times, want 1", n)
+	}
+	for _, e := range etags {
+		if e != etags[0] {
+			t.Errorf("ETags differ: %q, %q", e, etags[0])
+		}
 	}
 }

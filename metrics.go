@@ -41,6 +41,7 @@ func newServerMetrics(lim *limiter, store *Store) *serverMetrics {
 	m.dbErrors = set.NewCounter("petstore_db_errors_total")
 	set.NewGauge("petstore_group_commit_batches_total", func() float64 { b, _ := store.group.stats(); return float64(b) })
 	set.NewGauge("petstore_group_commit_writes_total", func() float64 { _, w := store.group.stats(); return float64(w) })
+	set.NewGauge("petstore_category_list_reads_total", func() float64 { return float64(store.categoryListReads.Load()) })
 	set.NewGauge("petstore_limiter_tracked_keys", func() float64 { return float64(lim.stats().keys) })
 	set.NewGauge("petstore_limiter_tracked_addrs", func() float64 { return float64(lim.stats().addrs) })
 	set.NewGauge(`petstore_build_info{version="`+buildVersion()+`",goversion="`+runtime.Version()+`"}`, func() float64 { return 1 })

@@ -44,6 +44,9 @@ type Store struct {
 	// categoriesGen grows after every committed change to categories, so
 	// that a cached list knows when it is stale.
 	categoriesGen atomic.Uint64
+	// categoryListReads counts EachCategory calls: whole-list reads, for
+	// the metrics.
+	categoryListReads atomic.Uint64
 
 	// group commits the API's creates; the rest writes through w directly.
 	group *groupCommitter
@@ -457,6 +460,7 @@ const categoriesAfter = "SELECT id, name, description FROM categories WHERE id >
 // EachCategory calls fn for every category in ascending id order and stops
 // at fn's first error.
 func (s *Store) EachCategory(ctx context.Context, fn func(Category) error) error {
+	s.categoryListReads.Add(1)
 	return eachChunk(ctx, s.r, "list categories", scanCategory, func(c Category) int64 { return c.ID }, fn,
 		categoriesAfter)
 }

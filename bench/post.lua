@@ -22,3 +22,12 @@ function request()
    local body = string.format('{"name":"p%s-t%d-%d","description":"posted by wrk"}', prefix, tid, n)
    return wrk.format(nil, nil, nil, body)
 end
+
+-- DELAY_MS paces each connection: a write every DELAY_MS ms, for a mixed
+-- load beside a GET run (see BENCHMARKS.md, "GETs while writes come in").
+local delay_ms = tonumber(os.getenv("DELAY_MS") or "")
+if delay_ms then
+   function delay()
+      return delay_ms
+   end
+end
