@@ -77,6 +77,7 @@ type limiterStats struct {
 
 const (
 	limKeyShardBits = 6
+	limChunkBits    = 6 // 64 states, 4 KiB, a chunk
 	// limTokenUnit is one token in the units buckets count in: a bucket of
 	// rpm per minute gains exactly rpm units per nanosecond, so refill,
 	// Reset and RetryAfter are exact integer arithmetic.
@@ -104,9 +105,18 @@ type limiter struct {
 	addrs        []limAddrShard
 }
 
+// limKeyShard holds the states of the keys whose chunk hashes to it.
+//
+// A chunk holds the states of limChunk consecutive key ids, inline: key ids
+// are SQLite rowids, handed out in order and never reused, so the chunks of
+// a million keys are full and a state costs its 64 bytes. A check then
+// waits for one load from memory, the state's, where a map of pointers to
+// states costs two or three (the map's group, its slot, the state), and the
+// collector has no pointers to follow. Sparse ids would waste most of each
+// 4 KiB chunk; nothing hands them out.
 type limKeyShard struct {
-	mu sync.Mutex
-	t  map[int64]*limKeyState
+	mu     sync.Mutex
+	chunks map[int64]*limChunk // by id >> limChunkBits
 	// dirty lists the ids whose pending went from 0 to positive since the
 	// last takeDayDeltas, so that it need not scan the whole table.
 	dirty []int64
@@ -119,6 +129,10 @@ type limKeyShard struct {
 	}
 	_ [64]byte // keeps neighbouring shards' mutexes off one cache line
 }
+
+// limChunk is the states of ids c<<limChunkBits to (c+1)<<limChunkBits - 1;
+// a zero state is one the limiter does not track.
+type limChunk [1 << limChunkBits]limKeyState
 
 type limBucket struct {
 	tokens int64 // in limTokenUnit per token
@@ -164,7 +178,7 @@ func newLimiter(cfg limiterConfig) *limiter {
 		onBan:        cfg.OnBan,
 	}
 	for i := range l.keys {
-		l.keys[i].t = map[int64]*limKeyState{}
+		l.keys[i].chunks = map[int64]*limChunk{}
 	}
 	maxAddrs := max(1, cmp.Or(cfg.MaxAddrs, 100_000))
 	// At least 1024 addresses a shard, so that a small cap is not cut into
@@ -222,31 +236,32 @@ func (l *limiter) allowKey(id int64, rpm, rpd int64) decision {
 			banned = true
 		}
 	}
-	cp := *st
+	// What the answer needs, taken under the lock: the rest is worked out
+	// after it.
+	b, count, day, banUntil := st.limBucket, st.count, st.day, st.banUntil
 	s.mu.Unlock()
 
-	st = &cp
 	if banned {
 		if l.onBan != nil {
-			l.onBan(id, time.Unix(0, st.banUntil).UTC())
+			l.onBan(id, time.Unix(0, banUntil).UTC())
 		}
-		return limBanned(st.banUntil, now, rpm, rpd)
+		return limBanned(banUntil, now, rpm, rpd)
 	}
 	d := decision{Allowed: minuteOK && dayOK, MinuteRPM: rpm, DayRPD: rpd}
-	midnight := (int64(st.day) + 1) * limDayNanos
-	dayLeft := max(0, rpd-st.count)
+	midnight := (int64(day) + 1) * limDayNanos
+	dayLeft := max(0, rpd-count)
 	switch {
 	case d.Allowed:
 		// Ties go to the day: it stays binding for longer.
-		if rpd > 0 && (rpm == 0 || dayLeft <= st.tokens/limTokenUnit) {
+		if rpd > 0 && (rpm == 0 || dayLeft <= b.tokens/limTokenUnit) {
 			d.setWindow(86400, rpd, dayLeft, midnight, now)
 		} else if rpm > 0 {
-			d.setWindow(60, rpm, st.tokens/limTokenUnit, st.last+st.untilFull(rpm), now)
+			d.setWindow(60, rpm, b.tokens/limTokenUnit, b.last+b.untilFull(rpm), now)
 		}
 	default:
 		var minuteWait, dayWait int64
 		if !minuteOK {
-			minuteWait = limSeconds(st.last + limCeilDiv(limTokenUnit-st.tokens, rpm) - now)
+			minuteWait = limSeconds(b.last + limCeilDiv(limTokenUnit-b.tokens, rpm) - now)
 		}
 		if !dayOK {
 			dayWait = limSeconds(midnight - now)
@@ -256,7 +271,7 @@ func (l *limiter) allowKey(id int64, rpm, rpd int64) decision {
 			d.setWindow(86400, rpd, dayLeft, midnight, now)
 		} else {
 			d.Code, d.RetryAfter = "rate_limited", minuteWait
-			d.setWindow(60, rpm, st.tokens/limTokenUnit, st.last+st.untilFull(rpm), now)
+			d.setWindow(60, rpm, b.tokens/limTokenUnit, b.last+b.untilFull(rpm), now)
 		}
 	}
 	return d
@@ -318,7 +333,7 @@ func (l *limiter) setBan(id int64, until time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if until.IsZero() {
-		if st := s.t[id]; st != nil {
+		if st := s.lookup(id); st != nil {
 			st.banUntil, st.refStart, st.refusals, st.prevRefusals = 0, 0, 0, 0
 		}
 		return
@@ -335,7 +350,7 @@ func (l *limiter) banOf(id int64) time.Time {
 	s := l.keyShard(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st := s.t[id]; st != nil && st.banUntil > 0 {
+	if st := s.lookup(id); st != nil && st.banUntil > 0 {
 		return time.Unix(0, st.banUntil).UTC()
 	}
 	return time.Time{}
@@ -373,7 +388,7 @@ func (l *limiter) takeDayDeltas(dst []dayDelta) []dayDelta {
 		clear(s.stale)
 		s.stale = s.stale[:0]
 		for _, id := range s.dirty {
-			if st := s.t[id]; st != nil && st.pending > 0 {
+			if st := s.lookup(id); st != nil && st.pending > 0 {
 				dst = append(dst, dayDelta{id, s.dayString(st.day), st.pending})
 				st.pending = 0
 			}
@@ -390,7 +405,7 @@ func (l *limiter) returnDayDeltas(ds []dayDelta) {
 	for _, d := range ds {
 		s := l.keyShard(d.KeyID)
 		s.mu.Lock()
-		if st := s.t[d.KeyID]; st != nil && d.Day == s.dayString(st.day) {
+		if st := s.lookup(d.KeyID); st != nil && d.Day == s.dayString(st.day) {
 			if st.pending == 0 {
 				s.dirty = append(s.dirty, d.KeyID)
 			}
@@ -411,11 +426,20 @@ func (l *limiter) sweep() {
 	for i := range l.keys {
 		s := &l.keys[i]
 		s.mu.Lock()
-		for id, st := range s.t {
-			if st.pending == 0 && st.banUntil <= now && (st.day < today || st.count == 0) &&
-				(st.refusals == 0 || now-st.refStart >= 2*int64(time.Minute)) &&
-				(st.rpm == 0 || st.untilFull(int64(st.rpm)) <= now-st.last) {
-				delete(s.t, id)
+		for ci, c := range s.chunks {
+			used := false
+			for i := range c {
+				st := &c[i]
+				if st.pending == 0 && st.banUntil <= now && (st.day < today || st.count == 0) &&
+					(st.refusals == 0 || now-st.refStart >= 2*int64(time.Minute)) &&
+					(st.rpm == 0 || st.untilFull(int64(st.rpm)) <= now-st.last) {
+					*st = limKeyState{}
+				} else {
+					used = true
+				}
+			}
+			if !used {
+				delete(s.chunks, ci)
 			}
 		}
 		s.mu.Unlock()
@@ -432,12 +456,21 @@ func (l *limiter) sweep() {
 	}
 }
 
+// stats counts the tracked keys by looking at every state, a few ms for a
+// million keys: it serves the metrics, not the requests.
 func (l *limiter) stats() limiterStats {
 	var st limiterStats
 	for i := range l.keys {
-		l.keys[i].mu.Lock()
-		st.keys += len(l.keys[i].t)
-		l.keys[i].mu.Unlock()
+		s := &l.keys[i]
+		s.mu.Lock()
+		for _, c := range s.chunks {
+			for i := range c {
+				if c[i] != (limKeyState{}) {
+					st.keys++
+				}
+			}
+		}
+		s.mu.Unlock()
 	}
 	for i := range l.addrs {
 		l.addrs[i].mu.Lock()
@@ -588,19 +621,27 @@ func (b *limBucket) untilFull(rpm int64) int64 {
 	return limCeilDiv(rpm*limTokenUnit-b.tokens, rpm)
 }
 
-// keyShard returns the shard that holds key id.
+// keyShard returns the shard that holds key id: its chunk's.
 func (l *limiter) keyShard(id int64) *limKeyShard {
-	return &l.keys[limKeyHash(id)>>(64-limKeyShardBits)]
+	return &l.keys[limKeyHash(id>>limChunkBits)>>(64-limKeyShardBits)]
 }
 
-// state returns key id's state, adding a fresh one if there is none.
+// state returns key id's state, adding its chunk if there is none.
 func (s *limKeyShard) state(id int64) *limKeyState {
-	st := s.t[id]
-	if st == nil {
-		st = &limKeyState{}
-		s.t[id] = st
+	c := s.chunks[id>>limChunkBits]
+	if c == nil {
+		c = new(limChunk)
+		s.chunks[id>>limChunkBits] = c
 	}
-	return st
+	return &c[id&(1<<limChunkBits-1)]
+}
+
+// lookup returns key id's state, nil if its chunk is not there.
+func (s *limKeyShard) lookup(id int64) *limKeyState {
+	if c := s.chunks[id>>limChunkBits]; c != nil {
+		return &c[id&(1<<limChunkBits-1)]
+	}
+	return nil
 }
 
 func (s *limKeyShard) dayString(day int32) string {
@@ -626,7 +667,7 @@ func (k limAddrKey) hash() uint64 { return limMix(k.hi ^ limMix(k.lo)) }
 func limKeyHash(id int64) uint64 { return limMix(uint64(id)) }
 
 // limMix is MurmurHash3's 64-bit finalizer: shards take bits of its result,
-// so consecutive ids spread over all shards.
+// so consecutive chunks (and addresses) spread over all shards.
 func limMix(x uint64) uint64 {
 	x ^= x >> 33
 	x *= 0xff51afd7ed558ccd
