@@ -107,7 +107,7 @@ type limiter struct {
 
 // limKeyShard holds the states of the keys whose chunk hashes to it.
 //
-// A chunk holds the states of limChunk consecutive key ids, inline: key ids
+// A chunk holds the states of 64 consecutive key ids, inline: key ids
 // are SQLite rowids, handed out in order and never reused, so the chunks of
 // a million keys are full and a state costs its 64 bytes. A check then
 // waits for one load from memory, the state's, where a map of pointers to
@@ -428,8 +428,8 @@ func (l *limiter) sweep() {
 		s.mu.Lock()
 		for ci, c := range s.chunks {
 			used := false
-			for i := range c {
-				st := &c[i]
+			for j := range c {
+				st := &c[j]
 				if st.pending == 0 && st.banUntil <= now && (st.day < today || st.count == 0) &&
 					(st.refusals == 0 || now-st.refStart >= 2*int64(time.Minute)) &&
 					(st.rpm == 0 || st.untilFull(int64(st.rpm)) <= now-st.last) {
@@ -464,8 +464,8 @@ func (l *limiter) stats() limiterStats {
 		s := &l.keys[i]
 		s.mu.Lock()
 		for _, c := range s.chunks {
-			for i := range c {
-				if c[i] != (limKeyState{}) {
+			for j := range c {
+				if c[j] != (limKeyState{}) {
 					st.keys++
 				}
 			}
