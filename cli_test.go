@@ -381,3 +381,46 @@ func TestBackupTakesAnySchemaAsItIs(t *testing.T) {
 		t.Errorf("a --db starting with file: was not refused: %v", err)
 	}
 }
+
+// TestBackupWithoutHardLinks backs up as onto a FAT disk or many network
+// mounts, where link(2) fails with EPERM: the copy is put in place by a
+// rename instead, complete and 0600, and a DEST that appears while the
+// backup runs is still never replaced.
+func TestBackupWithoutHardLinks(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "p.db")
+	createKey(t, db, "--plan", "pro")
+	dir := t.TempDir()
+	t.Cleanup(func() { linkFile = os.Link })
+	linkFile = func(old, new string) error { return &os.LinkError{Op: "link", Old: old, New: new, Err: syscall.EPERM} }
+
+	dest := filepath.Join(dir, "copy.db")
+	if _, errOut, err := runCLI(t, nil, "backup", "--db", db, dest); err != nil {
+		t.Fatalf("backup where hard links fail: %v\n%s", err, errOut)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("the backup directory holds %d entries, want the copy only", len(entries))
+	}
+	if st, err := os.Stat(dest); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("the copy: %v; want mode 0600", err)
+	}
+	copied := testStore(t, dest, false)
+	var keys int
+	if err := copied.r.QueryRow("SELECT count(*) FROM api_keys").Scan(&keys); err != nil || keys != 1 {
+		t.Errorf("the copy holds %d keys (%v), want 1", keys, err)
+	}
+
+	other := filepath.Join(dir, "other.db")
+	linkFile = func(old, new string) error {
+		os.WriteFile(new, []byte("not a backup"), 0o600) // someone else's file, just in time
+		return &os.LinkError{Op: "link", Old: old, New: new, Err: syscall.EPERM}
+	}
+	if _, _, err := runCLI(t, nil, "backup", "--db", db, other); err == nil {
+		t.Error("backup replaced a DEST that appeared while it ran")
+	}
+	if b, _ := os.ReadFile(other); string(b) != "not a backup" {
+		t.Errorf("the DEST that appeared holds %.40q", b)
+	}
+	if matches, _ := filepath.Glob(filepath.Join(dir, ".*tmp*")); len(matches) != 0 {
+		t.Errorf("temporary files left: %v", matches)
+	}
+}

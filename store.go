@@ -615,10 +615,37 @@ func backupDatabase(ctx context.Context, path, dest string, busy time.Duration) 
 	if err := errors.Join(f.Sync(), f.Close()); err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
-	if err := os.Link(tmpName, dest); err != nil { // unlike Rename, Link never replaces dest
+	if err := placeFile(tmpName, dest); err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
 	return syncDir(filepath.Dir(dest))
+}
+
+// linkFile is os.Link; a test replaces it to act as a filesystem without
+// hard links.
+var linkFile = os.Link
+
+// placeFile gives the file tmp the name dest, failing if dest exists. A
+// hard link never replaces dest. Filesystems without hard links (FAT on a
+// USB disk, many network and FUSE mounts) refuse it, and then a rename
+// that refuses to replace dest (RENAME_NOREPLACE) does it; where that flag
+// is unknown too, a plain rename after checking that dest is still absent.
+func placeFile(tmp, dest string) error {
+	err := linkFile(tmp, dest)
+	if !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENOSYS) {
+		return err // done, or dest exists, or a failure a rename would share
+	}
+	err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dest, unix.RENAME_NOREPLACE)
+	if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOSYS) {
+		if err != nil {
+			return &os.LinkError{Op: "rename", Old: tmp, New: dest, Err: err}
+		}
+		return nil
+	}
+	if _, err := os.Lstat(dest); err == nil {
+		return fmt.Errorf("%s already exists; refusing to overwrite it", dest)
+	}
+	return os.Rename(tmp, dest)
 }
 
 func syncDir(dir string) error {
