@@ -15,6 +15,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // usageError is a mistake in the command line: exit code 2.
@@ -66,7 +68,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "migrate":
 		return runMigrate(ctx, rest, getenv, stdout)
 	case "version":
-		if _, err := parseFlags(newFlagSet("version"), rest, getenv, stdout, 0); err != nil {
+		fs := newFlagSet("version")
+		dbFlag(fs) // "All subcommands take --db"; version does not open it
+		if _, err := parseFlags(fs, rest, getenv, stdout, 0); err != nil {
 			return helpIsNoError(err)
 		}
 		fmt.Fprintln(stdout, "petstore", buildVersion())
@@ -180,15 +184,15 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if cfg.adminAddr == "off" {
 		cfg.adminAddr = ""
 	}
-	if _, _, err := net.SplitHostPort(cfg.addr); err != nil {
-		return usagef("--addr must be host:port, got %q", cfg.addr)
+	if err := checkHostPort(cfg.addr); err != nil {
+		return usagef("--addr must be host:port, got %q: %v", cfg.addr, err)
 	}
-	if _, _, err := net.SplitHostPort(cfg.adminAddr); err != nil && cfg.adminAddr != "" {
-		return usagef("--admin-addr must be host:port or empty, got %q", cfg.adminAddr)
+	if err := checkHostPort(cfg.adminAddr); err != nil && cfg.adminAddr != "" {
+		return usagef("--admin-addr must be host:port or empty, got %q: %v", cfg.adminAddr, err)
 	}
 	switch {
-	case cfg.anonRPM < 1:
-		return usagef("--anon-rpm must be at least 1, got %d", cfg.anonRPM)
+	case cfg.anonRPM < 1 || cfg.anonRPM > limMaxRPM:
+		return usagef("--anon-rpm must be 1 to %d, got %d", limMaxRPM, cfg.anonRPM)
 	case cfg.maxAddrs < 1:
 		return usagef("--max-addrs must be at least 1, got %d", cfg.maxAddrs)
 	case cfg.banThreshold < 1:
@@ -197,13 +201,19 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return usagef("--ban-duration must be at least 1s, got %v", cfg.banDuration)
 	case cfg.logFormat != "text" && cfg.logFormat != "json":
 		return usagef("--log-format must be text or json, got %q", cfg.logFormat)
-	case cfg.shutdownTimeout < 0 || cfg.busyTimeout < time.Millisecond || cfg.readHeaderTimeout <= 0 || cfg.readTimeout <= 0 || cfg.writeTimeout <= 0 || cfg.idleTimeout <= 0:
-		return usagef("the timeouts must be positive")
+	case cfg.shutdownTimeout < 0:
+		return usagef("--shutdown-timeout must not be negative, got %v", cfg.shutdownTimeout)
+	case cfg.busyTimeout < time.Millisecond:
+		return usagef("--busy-timeout must be at least 1ms, got %v", cfg.busyTimeout)
+	case cfg.readHeaderTimeout <= 0, cfg.readTimeout <= 0, cfg.writeTimeout <= 0, cfg.idleTimeout <= 0:
+		return usagef("--read-header-timeout, --read-timeout, --write-timeout and --idle-timeout must be positive, got %v, %v, %v, %v",
+			cfg.readHeaderTimeout, cfg.readTimeout, cfg.writeTimeout, cfg.idleTimeout)
 	case cfg.petsSunsetAt.Before(cfg.petsDeprecatedAt):
 		return usagef("--pets-sunset-at (%s) must not be before --pets-deprecated-at (%s)",
 			cfg.petsSunsetAt.Format(time.RFC3339), cfg.petsDeprecatedAt.Format(time.RFC3339))
 	}
-	if u, err := url.Parse(cfg.publicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+	if u, err := url.Parse(cfg.publicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" ||
+		strings.Contains(cfg.publicURL, "#") ||
 		u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
 		return usagef("--public-url must be an absolute http(s) URL without a query or fragment, got %q", cfg.publicURL)
 	}
@@ -211,6 +221,16 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	// slash would make "//categories", which is a 404 here.
 	cfg.publicURL = strings.TrimRight(cfg.publicURL, "/")
 	return serve(ctx, cfg, stderr)
+}
+
+// checkHostPort checks that addr is host:port with a port net.Listen takes.
+func checkHostPort(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	_, err = net.LookupPort("tcp", port)
+	return err
 }
 
 // dateFlag is a flag.Value for a time given as YYYY-MM-DD (00:00 UTC) or
@@ -263,6 +283,9 @@ func runBackup(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return helpIsNoError(err)
 	}
+	if pos[0] == "" {
+		return usagef("backup: DEST must not be empty")
+	}
 	if err := backupDatabase(ctx, *db, pos[0], defaultBusyTimeout); err != nil {
 		return err
 	}
@@ -296,6 +319,9 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 		if err := checkKeyPlan(fs, *planName, *rpm, *rpd, *env); err != nil {
 			return err
 		}
+		if utf8.RuneCountInString(*name) > maxNameLen || !utf8.ValidString(*name) || strings.IndexFunc(*name, unicode.IsControl) >= 0 {
+			return usagef("keys create: --name must be at most %d characters of UTF-8 without control characters", maxNameLen)
+		}
 		return withStore(ctx, *db, func(s *Store) error {
 			return keysCreate(ctx, s, *planName, *name, *rpm, *rpd, *env, *asJSON, stdout, stderr)
 		})
@@ -303,6 +329,9 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 		asJSON := fs.Bool("json", false, "print a JSON array")
 		if _, err := parseFlags(fs, args, getenv, stdout, 0); err != nil {
 			return helpIsNoError(err)
+		}
+		if err := mustExist(*db); err != nil {
+			return err
 		}
 		return withStore(ctx, *db, func(s *Store) error { return keysList(ctx, s, *asJSON, stdout) })
 	case "revoke", "unban":
@@ -313,6 +342,9 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 		id, err := strconv.ParseInt(pos[0], 10, 64)
 		if err != nil || id <= 0 {
 			return usagef("keys %s: ID must be a positive integer, got %q", sub, pos[0])
+		}
+		if err := mustExist(*db); err != nil {
+			return err
 		}
 		return withStore(ctx, *db, func(s *Store) error {
 			if sub == "revoke" {
@@ -330,6 +362,12 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 		})
 	}
 	return usagef("keys: unknown subcommand %q: want create, list, revoke or unban", sub)
+}
+
+// mustExist fails when the database at path does not exist: only keys
+// create (like serve and migrate) starts a new one.
+func mustExist(path string) error {
+	return checkDatabaseFile(path, false)
 }
 
 // withStore runs do on the migrated database at path, then closes it.
@@ -359,6 +397,9 @@ func checkKeyPlan(fs *flag.FlagSet, planName string, rpm, rpd int64, env string)
 		}
 		if rpm <= 0 || rpd <= 0 {
 			return usagef("keys create: --rpm and --rpd must be positive")
+		}
+		if rpm > limMaxRPM {
+			return usagef("keys create: --rpm must be at most %d, got %d", limMaxRPM, rpm)
 		}
 	} else if given["rpm"] || given["rpd"] {
 		return usagef("keys create: --rpm and --rpd are only for --plan enterprise; %s has fixed limits", planName)

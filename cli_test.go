@@ -117,6 +117,19 @@ func TestUsageErrors(t *testing.T) {
 		{"revoke without id", []string{"keys", "revoke", "--db", db}, nil, "argument"},
 		{"revoke bad id", []string{"keys", "revoke", "abc", "--db", db}, nil, "positive integer"},
 		{"backup without dest", []string{"backup", "--db", db}, nil, "argument"},
+		{"empty backup dest", []string{"backup", "--db", db, ""}, nil, "DEST"},
+		{"port out of range", []string{"serve", "--db", db, "--addr", "127.0.0.1:99999"}, nil, "--addr"},
+		{"admin port out of range", []string{"serve", "--db", db, "--admin-addr", "127.0.0.1:99999"}, nil, "--admin-addr"},
+		{"public url ending in #", []string{"serve", "--db", db, "--public-url", "http://x/v1#"}, nil, "--public-url"},
+		{"public url without a host", []string{"serve", "--db", db, "--public-url", "http://:8080/v1"}, nil, "--public-url"},
+		{"anon rpm over the limiter's cap", []string{"serve", "--db", db, "--anon-rpm", "1000000000"}, nil, "--anon-rpm"},
+		{"busy timeout under 1ms", []string{"serve", "--db", db, "--busy-timeout", "500us"}, nil, "--busy-timeout"},
+		{"zero read timeout", []string{"serve", "--db", db, "--read-timeout", "0s"}, nil, "--read-timeout"},
+		{"rpm over the limiter's cap", []string{"keys", "create", "--db", db, "--plan", "enterprise", "--rpm", "1000000000", "--rpd", "5"}, nil, "--rpm"},
+		{"key name with a newline", []string{"keys", "create", "--db", db, "--plan", "free", "--name", "a\nid 9 ps_live_x"}, nil, "--name"},
+		{"empty db path", []string{"keys", "list", "--db", ""}, nil, "--db"},
+		{"db path read as a URI", []string{"migrate", "--db", "file:x.db"}, nil, "URI"},
+		{"db path with a query", []string{"keys", "list", "--db", "x.db?mode=ro"}, nil, "'?'"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -167,6 +180,13 @@ func TestEnvironmentFallbacks(t *testing.T) {
 	}
 	if _, _, err = runCLI(t, nil, "version", "-h"); err != nil {
 		t.Errorf("version -h: %v", err)
+	}
+	// "All subcommands take --db"; version does not open it.
+	if out, _, err = runCLI(t, nil, "version", "--db", filepath.Join(dir, "v.db")); err != nil || !strings.HasPrefix(out, "petstore ") {
+		t.Errorf("version --db: %v %q", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "v.db")); err == nil {
+		t.Error("version --db created the database")
 	}
 	if out, _, err = runCLI(t, nil, "keys", "-h"); err != nil || !strings.Contains(out, "create") {
 		t.Errorf("keys -h: %v %q", err, out)
@@ -422,5 +442,24 @@ func TestBackupWithoutHardLinks(t *testing.T) {
 	}
 	if matches, _ := filepath.Glob(filepath.Join(dir, ".*tmp*")); len(matches) != 0 {
 		t.Errorf("temporary files left: %v", matches)
+	}
+}
+
+// TestKeysCommandsNeedTheDatabase checks that keys list, revoke and unban
+// on a mistyped --db fail (exit 1) instead of creating a new, empty
+// database there (owned by whoever ran the command) and, for list, printing
+// an empty table as if all were well. Only keys create, serve and migrate
+// start a database.
+func TestKeysCommandsNeedTheDatabase(t *testing.T) {
+	for _, args := range [][]string{{"keys", "list"}, {"keys", "revoke", "1"}, {"keys", "unban", "1"}} {
+		db := filepath.Join(t.TempDir(), "typo.db")
+		out, _, err := runCLI(t, nil, append(args, "--db", db)...)
+		var msg bytes.Buffer
+		if code := exitCode(err, &msg); code != 1 || !strings.Contains(msg.String(), "typo.db") {
+			t.Errorf("%v on a missing database: exit %d, %q, stdout %q; want 1 naming the file", args, code, msg.String(), out)
+		}
+		if _, err := os.Stat(db); err == nil {
+			t.Errorf("%v created the missing database", args)
+		}
 	}
 }

@@ -79,15 +79,15 @@ func dsn(path string, readOnly bool, busy time.Duration) string {
 // create is set, a missing file is created with mode 0600.
 func checkDatabaseFile(path string, create bool) error {
 	if path == "" {
-		return errors.New("no database path given")
+		return usagef("no database path given (--db)")
 	}
 	if strings.ContainsAny(path, "?#") {
-		return fmt.Errorf("database path %q: '?' and '#' are not allowed in the path", path)
+		return usagef("database path %q: '?' and '#' are not allowed in the path", path)
 	}
 	if strings.HasPrefix(path, "file:") {
 		// SQLite would take it as a URI and open another file than the one
 		// checked and created (0600) here.
-		return fmt.Errorf("database path %q: SQLite reads a path starting with file: as a URI; write ./%s", path, path)
+		return usagef("database path %q: SQLite reads a path starting with file: as a URI; write ./%s", path, path)
 	}
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if errors.Is(err, fs.ErrNotExist) {
