@@ -77,7 +77,6 @@ type limiterStats struct {
 
 const (
 	limKeyShardBits = 6
-	limChunkBits    = 6 // 64 states, 4 KiB, a chunk
 	// limTokenUnit is one token in the units buckets count in: a bucket of
 	// rpm per minute gains exactly rpm units per nanosecond, so refill,
 	// Reset and RetryAfter are exact integer arithmetic.
@@ -105,18 +104,15 @@ type limiter struct {
 	addrs        []limAddrShard
 }
 
-// limKeyShard holds the states of the keys whose chunk hashes to it.
-//
-// A chunk holds the states of 64 consecutive key ids, inline: key ids
-// are SQLite rowids, handed out in order and never reused, so the chunks of
-// a million keys are full and a state costs its 64 bytes. A check then
-// waits for one load from memory, the state's, where a map of pointers to
-// states costs two or three (the map's group, its slot, the state), and the
-// collector has no pointers to follow. Sparse ids would waste most of each
-// 4 KiB chunk; nothing hands them out.
+// limKeyShard holds the states of the keys that hash to it, one heap
+// object each. States kept inline in chunks of consecutive ids were twice
+// as fast among a million keys in random order (one load from memory a
+// check instead of two or three), but a tracked key then costs its whole
+// chunk when few of its neighbours are active: 1,243 bytes a key with 5%
+// of 100,000 keys active, against 104 here (BENCHMARKS.md).
 type limKeyShard struct {
-	mu     sync.Mutex
-	chunks map[int64]*limChunk // by id >> limChunkBits
+	mu sync.Mutex
+	t  map[int64]*limKeyState
 	// dirty lists the ids whose pending went from 0 to positive since the
 	// last takeDayDeltas, so that it need not scan the whole table.
 	dirty []int64
@@ -129,10 +125,6 @@ type limKeyShard struct {
 	}
 	_ [64]byte // keeps neighbouring shards' mutexes off one cache line
 }
-
-// limChunk is the states of ids c<<limChunkBits to (c+1)<<limChunkBits - 1;
-// a zero state is one the limiter does not track.
-type limChunk [1 << limChunkBits]limKeyState
 
 type limBucket struct {
 	tokens int64 // in limTokenUnit per token
@@ -178,7 +170,7 @@ func newLimiter(cfg limiterConfig) *limiter {
 		onBan:        cfg.OnBan,
 	}
 	for i := range l.keys {
-		l.keys[i].chunks = map[int64]*limChunk{}
+		l.keys[i].t = map[int64]*limKeyState{}
 	}
 	maxAddrs := max(1, cmp.Or(cfg.MaxAddrs, 100_000))
 	// At least 1024 addresses a shard, so that a small cap is not cut into
@@ -333,7 +325,7 @@ func (l *limiter) setBan(id int64, until time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if until.IsZero() {
-		if st := s.lookup(id); st != nil {
+		if st := s.t[id]; st != nil {
 			st.banUntil, st.refStart, st.refusals, st.prevRefusals = 0, 0, 0, 0
 		}
 		return
@@ -350,7 +342,7 @@ func (l *limiter) banOf(id int64) time.Time {
 	s := l.keyShard(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st := s.lookup(id); st != nil && st.banUntil > 0 {
+	if st := s.t[id]; st != nil && st.banUntil > 0 {
 		return time.Unix(0, st.banUntil).UTC()
 	}
 	return time.Time{}
@@ -388,7 +380,7 @@ func (l *limiter) takeDayDeltas(dst []dayDelta) []dayDelta {
 		clear(s.stale)
 		s.stale = s.stale[:0]
 		for _, id := range s.dirty {
-			if st := s.lookup(id); st != nil && st.pending > 0 {
+			if st := s.t[id]; st != nil && st.pending > 0 {
 				dst = append(dst, dayDelta{id, s.dayString(st.day), st.pending})
 				st.pending = 0
 			}
@@ -405,7 +397,7 @@ func (l *limiter) returnDayDeltas(ds []dayDelta) {
 	for _, d := range ds {
 		s := l.keyShard(d.KeyID)
 		s.mu.Lock()
-		if st := s.lookup(d.KeyID); st != nil && d.Day == s.dayString(st.day) {
+		if st := s.t[d.KeyID]; st != nil && d.Day == s.dayString(st.day) {
 			if st.pending == 0 {
 				s.dirty = append(s.dirty, d.KeyID)
 			}
@@ -426,20 +418,11 @@ func (l *limiter) sweep() {
 	for i := range l.keys {
 		s := &l.keys[i]
 		s.mu.Lock()
-		for ci, c := range s.chunks {
-			used := false
-			for j := range c {
-				st := &c[j]
-				if st.pending == 0 && st.banUntil <= now && (st.day < today || st.count == 0) &&
-					(st.refusals == 0 || now-st.refStart >= 2*int64(time.Minute)) &&
-					(st.rpm == 0 || st.untilFull(int64(st.rpm)) <= now-st.last) {
-					*st = limKeyState{}
-				} else {
-					used = true
-				}
-			}
-			if !used {
-				delete(s.chunks, ci)
+		for id, st := range s.t {
+			if st.pending == 0 && st.banUntil <= now && (st.day < today || st.count == 0) &&
+				(st.refusals == 0 || now-st.refStart >= 2*int64(time.Minute)) &&
+				(st.rpm == 0 || st.untilFull(int64(st.rpm)) <= now-st.last) {
+				delete(s.t, id)
 			}
 		}
 		s.mu.Unlock()
@@ -456,21 +439,12 @@ func (l *limiter) sweep() {
 	}
 }
 
-// stats counts the tracked keys by looking at every state, a few ms for a
-// million keys: it serves the metrics, not the requests.
 func (l *limiter) stats() limiterStats {
 	var st limiterStats
 	for i := range l.keys {
-		s := &l.keys[i]
-		s.mu.Lock()
-		for _, c := range s.chunks {
-			for j := range c {
-				if c[j] != (limKeyState{}) {
-					st.keys++
-				}
-			}
-		}
-		s.mu.Unlock()
+		l.keys[i].mu.Lock()
+		st.keys += len(l.keys[i].t)
+		l.keys[i].mu.Unlock()
 	}
 	for i := range l.addrs {
 		l.addrs[i].mu.Lock()
@@ -621,27 +595,19 @@ func (b *limBucket) untilFull(rpm int64) int64 {
 	return limCeilDiv(rpm*limTokenUnit-b.tokens, rpm)
 }
 
-// keyShard returns the shard that holds key id: its chunk's.
+// keyShard returns the shard that holds key id.
 func (l *limiter) keyShard(id int64) *limKeyShard {
-	return &l.keys[limKeyHash(id>>limChunkBits)>>(64-limKeyShardBits)]
+	return &l.keys[limKeyHash(id)>>(64-limKeyShardBits)]
 }
 
-// state returns key id's state, adding its chunk if there is none.
+// state returns key id's state, adding a fresh one if there is none.
 func (s *limKeyShard) state(id int64) *limKeyState {
-	c := s.chunks[id>>limChunkBits]
-	if c == nil {
-		c = new(limChunk)
-		s.chunks[id>>limChunkBits] = c
+	st := s.t[id]
+	if st == nil {
+		st = &limKeyState{}
+		s.t[id] = st
 	}
-	return &c[id&(1<<limChunkBits-1)]
-}
-
-// lookup returns key id's state, nil if its chunk is not there.
-func (s *limKeyShard) lookup(id int64) *limKeyState {
-	if c := s.chunks[id>>limChunkBits]; c != nil {
-		return &c[id&(1<<limChunkBits-1)]
-	}
-	return nil
+	return st
 }
 
 func (s *limKeyShard) dayString(day int32) string {
@@ -667,7 +633,7 @@ func (k limAddrKey) hash() uint64 { return limMix(k.hi ^ limMix(k.lo)) }
 func limKeyHash(id int64) uint64 { return limMix(uint64(id)) }
 
 // limMix is MurmurHash3's 64-bit finalizer: shards take bits of its result,
-// so consecutive chunks (and addresses) spread over all shards.
+// so consecutive ids spread over all shards.
 func limMix(x uint64) uint64 {
 	x ^= x >> 33
 	x *= 0xff51afd7ed558ccd
