@@ -177,6 +177,10 @@ func (l *categoryLists) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if q.Has("limit") || q.Has("after_id") {
+			if err := onceEach(q, "limit", "after_id"); err != nil {
+				writeError(w, r, err)
+				return
+			}
 			l.servePage(w, r, q)
 			return
 		}
@@ -295,6 +299,17 @@ func parseQuery(r *http.Request) (url.Values, error) {
 		return nil, errorf(http.StatusBadRequest, "validation_failed", "the query string is malformed: %v", err)
 	}
 	return q, nil
+}
+
+// onceEach fails with 400 when any of names is given more than once in q:
+// q.Get would take the first value and quietly drop the others, bad or not.
+func onceEach(q url.Values, names ...string) error {
+	for _, name := range names {
+		if len(q[name]) > 1 {
+			return errorf(http.StatusBadRequest, "validation_failed", "%s must be given at most once", name)
+		}
+	}
+	return nil
 }
 
 // servePage answers ?limit=N&after_id=ID with up to N categories after ID,

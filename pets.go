@@ -70,6 +70,9 @@ func handlePetList(store *Store) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var f petFilter
 		q, err := parseQuery(r)
+		if err == nil {
+			err = onceEach(q, "categoryId", "status")
+		}
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -176,7 +179,9 @@ func areaHeaders(d deprecation, next http.Handler) http.Handler {
 		switch {
 		case p == "/v1/pets" || strings.HasPrefix(p, "/v1/pets/"):
 			w.Header().Set("X-API-Stability", "beta")
-			if rest := strings.TrimPrefix(p, "/v1/pets/"); rest != p && rest != "" && !strings.Contains(rest, "/") {
+			// Only for a path the router takes to GET /v1/pets/{petId}: not
+			// for "." or ".." segments, which it answers with 404.
+			if rest := strings.TrimPrefix(p, "/v1/pets/"); rest != p && rest != "" && !strings.Contains(rest, "/") && isCanonicalPath(r.URL.Path) {
 				d.headers(w.Header())
 			}
 		case p == "/v1/store" || strings.HasPrefix(p, "/v1/store/"):

@@ -284,11 +284,24 @@ func TestEscapedPathKeepsAreaHeaders(t *testing.T) {
 			}
 		}
 	}
+	// Paths the router answers with 404 reach no operation, so they are
+	// told of no deprecation.
+	for _, p := range []string{"/v1/pets/.", "/v1/pets/..", "/v1/pets/%2E", "/v1/pets/%2F"} {
+		res, err := rawExchange(addr, rawRequest("GET", p, auth, ""), false)
+		if err != nil || res.status != 404 {
+			t.Fatalf("%s: %v, status %d, want 404", p, err, res.status)
+		}
+		for _, h := range []string{"Deprecation", "Sunset", "Link"} {
+			if got := res.header.Get(h); got != "" {
+				t.Errorf("%s: 404 not_found, yet %s %q", p, h, got)
+			}
+		}
+	}
 }
 
 // TestMalformedQueryIs400 checks that a filter or page parameter that does
-// not parse is refused, not dropped: the client would get the whole list
-// where it asked for part of it.
+// not parse, or is given twice, is refused, not dropped: the client would
+// get the whole list, or another part of it, than it asked for.
 func TestMalformedQueryIs400(t *testing.T) {
 	ts := startServer(t)
 	ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"Dog"}`)
@@ -296,7 +309,11 @@ func TestMalformedQueryIs400(t *testing.T) {
 	ts.do(t, "POST", "/v1/pets", ts.key, `{"name":"Rex","categoryId":1}`)
 	ts.do(t, "POST", "/v1/pets", ts.key, `{"name":"Tom","categoryId":2}`)
 	for _, path := range []string{"/v1/pets?categoryId=2%", "/v1/pets?categoryId=%zz", "/v1/pets?categoryId=2;x=1",
-		"/v1/pets?status=%zz", "/v1/categories?limit=%zz", "/v1/categories?limit=1;x"} {
+		"/v1/pets?status=%zz", "/v1/categories?limit=%zz", "/v1/categories?limit=1;x",
+		// Given twice, the second value would be dropped, bad or not.
+		"/v1/pets?status=available&status=lost", "/v1/pets?status=available&status=pending",
+		"/v1/pets?categoryId=1&categoryId=dog", "/v1/categories?limit=1&limit=abc",
+		"/v1/categories?after_id=1&after_id=2"} {
 		wantError(t, ts.do(t, "GET", path, ts.key, ""), 400, "validation_failed")
 	}
 	if got := decode[[]Pet](t, ts.do(t, "GET", "/v1/pets?categoryId=2", ts.key, "")); len(got) != 1 || got[0].Name != "Tom" {
