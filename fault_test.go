@@ -431,7 +431,7 @@ func TestBanStormKeepsEveryBan(t *testing.T) {
 			for k := range next {
 				// Allowed, refused, then banned (--ban-threshold 1).
 				for _, want := range []string{"", "rate_limited", "key_banned"} {
-					r, err := ts.try("/v1/categories", k)
+					r, err := ts.send("GET", "/v1/categories", k, "")
 					var e apiError
 					switch {
 					case err != nil:

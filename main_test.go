@@ -217,13 +217,23 @@ type response struct {
 // is sent as application/json unless header overrides it.
 func (ts *testServer) do(t *testing.T, method, path, key, body string, header ...string) response {
 	t.Helper()
+	r, err := ts.send(method, path, key, body, header...)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return r
+}
+
+// send is do without the test: it returns what failed, for goroutines
+// other than the test's, where t.Fatal must not be called.
+func (ts *testServer) send(method, path, key, body string, header ...string) (response, error) {
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
 	req, err := http.NewRequest(method, ts.base+path, rd)
 	if err != nil {
-		t.Fatal(err)
+		return response{}, err
 	}
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
@@ -242,31 +252,14 @@ func (ts *testServer) do(t *testing.T, method, path, key, body string, header ..
 	}
 	resp, err := ts.client.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: read body: %v", method, path, err)
-	}
-	return response{status: resp.StatusCode, header: resp.Header, body: b}
-}
-
-// try sends a GET from a goroutine other than the test's, where do's
-// t.Fatal must not be called: it returns what failed instead.
-func (ts *testServer) try(path, key string) (response, error) {
-	req, err := http.NewRequest("GET", ts.base+path, nil)
-	if err != nil {
-		return response{}, err
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := ts.client.Do(req)
-	if err != nil {
 		return response{}, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	return response{status: resp.StatusCode, header: resp.Header, body: b}, err
+	if err != nil {
+		return response{}, fmt.Errorf("read body: %w", err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: b}, nil
 }
 
 // wantError checks that r is a JSON Error with the given status and code.
@@ -972,7 +965,7 @@ func TestListReadOnceAfterWrite(t *testing.T) {
 	for i := range etags {
 		wg.Go(func() {
 			<-start
-			r, err := ts.try("/v1/categories", key)
+			r, err := ts.send("GET", "/v1/categories", key, "")
 			if err != nil || r.status != 200 || !bytes.Contains(r.body, []byte(`"name":"newest"`)) {
 				t.Errorf("GET: %d %v, without the new category", r.status, err)
 			}
