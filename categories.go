@@ -37,17 +37,17 @@ type newCategory struct {
 // code points, no control characters. field names the field in errors.
 func validName(field string, name *string) (string, *apiError) {
 	if name == nil {
-		return "", errorf(http.StatusBadRequest, "validation_failed", "%s is required", field)
+		return "", errorf("validation_failed", "%s is required", field)
 	}
 	n := strings.TrimSpace(*name)
 	switch l := utf8.RuneCountInString(n); {
 	case l == 0:
-		return "", errorf(http.StatusBadRequest, "validation_failed", "%s must not be empty", field)
+		return "", errorf("validation_failed", "%s must not be empty", field)
 	case l > maxNameLen:
-		return "", errorf(http.StatusBadRequest, "validation_failed", "%s must be at most %d characters, got %d", field, maxNameLen, l)
+		return "", errorf("validation_failed", "%s must be at most %d characters, got %d", field, maxNameLen, l)
 	}
 	if strings.IndexFunc(n, unicode.IsControl) >= 0 {
-		return "", errorf(http.StatusBadRequest, "validation_failed", "%s must not contain control characters", field)
+		return "", errorf("validation_failed", "%s must not contain control characters", field)
 	}
 	return n, nil
 }
@@ -60,7 +60,7 @@ func (c newCategory) validate() (string, *apiError) {
 	}
 	if c.Description != nil {
 		if l := utf8.RuneCountInString(*c.Description); l > maxDescriptionLen {
-			return "", errorf(http.StatusBadRequest, "validation_failed", "description must be at most %d characters, got %d", maxDescriptionLen, l)
+			return "", errorf("validation_failed", "description must be at most %d characters, got %d", maxDescriptionLen, l)
 		}
 	}
 	return name, nil
@@ -101,7 +101,7 @@ func handleCategoryCreate(store *Store) http.Handler {
 		}
 		c, err := store.CreateCategory(r.Context(), name, foldName(name), in.Description)
 		if errors.Is(err, errConflict) {
-			writeError(w, r, errorf(http.StatusConflict, "conflict", "a category named %q exists already (names are compared ignoring case)", name))
+			writeError(w, r, errorf("conflict", "a category named %q exists already (names are compared ignoring case)", name))
 			return
 		}
 		if err != nil {
@@ -129,9 +129,6 @@ type listSnapshot struct {
 	etagHeader, lengthHeader []string
 	linkHeader               []string // a page's Link to the next page: only a full page has one
 }
-
-// jsonContentType is the shared Content-Type header value of JSON bodies.
-var jsonContentType = []string{"application/json"}
 
 // categoryLists serves GET /v1/categories: the full list from a serialized
 // copy that any write invalidates (answering If-None-Match with 304), or
@@ -296,7 +293,7 @@ func etagMatches(lines []string, etag string) bool {
 func parseQuery(r *http.Request) (url.Values, error) {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		return nil, errorf(http.StatusBadRequest, "validation_failed", "the query string is malformed: %v", err)
+		return nil, errorf("validation_failed", "the query string is malformed: %v", err)
 	}
 	return q, nil
 }
@@ -306,7 +303,7 @@ func parseQuery(r *http.Request) (url.Values, error) {
 func onceEach(q url.Values, names ...string) error {
 	for _, name := range names {
 		if len(q[name]) > 1 {
-			return errorf(http.StatusBadRequest, "validation_failed", "%s must be given at most once", name)
+			return errorf("validation_failed", "%s must be given at most once", name)
 		}
 	}
 	return nil
@@ -319,7 +316,7 @@ func (l *categoryLists) servePage(w http.ResponseWriter, r *http.Request, q url.
 	if q.Has("limit") {
 		n, err := strconv.ParseInt(q.Get("limit"), 10, 64)
 		if err != nil || n < 1 || n > maxPageSize {
-			writeError(w, r, errorf(http.StatusBadRequest, "validation_failed", "limit must be an integer from 1 to %d", maxPageSize))
+			writeError(w, r, errorf("validation_failed", "limit must be an integer from 1 to %d", maxPageSize))
 			return
 		}
 		limit = n
@@ -327,7 +324,7 @@ func (l *categoryLists) servePage(w http.ResponseWriter, r *http.Request, q url.
 	if q.Has("after_id") {
 		n, err := strconv.ParseInt(q.Get("after_id"), 10, 64)
 		if err != nil || n < 0 {
-			writeError(w, r, errorf(http.StatusBadRequest, "validation_failed", "after_id must be a non-negative integer"))
+			writeError(w, r, errorf("validation_failed", "after_id must be a non-negative integer"))
 			return
 		}
 		afterID = n

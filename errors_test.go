@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -20,8 +21,8 @@ func TestWriteError(t *testing.T) {
 		wantCode   string
 		wantRetry  string
 	}{
-		{"api error", errorf(409, "conflict", "taken"), 409, "conflict", ""},
-		{"wrapped api error", fmt.Errorf("ctx: %w", errorf(400, "validation_failed", "bad")), 400, "validation_failed", ""},
+		{"api error", errorf("conflict", "taken"), 409, "conflict", ""},
+		{"wrapped api error", fmt.Errorf("ctx: %w", errorf("validation_failed", "bad")), 400, "validation_failed", ""},
 		{"database unavailable", fmt.Errorf("insert: %w", errUnavailable), 503, "unavailable", "5"},
 		{"anything else", errors.New("secret cause"), 500, "internal_error", ""},
 	}
@@ -112,4 +113,46 @@ func TestTrailingDataIsInvalidJSON(t *testing.T) {
 			t.Errorf("%T %s: %v, want 400 invalid_json", c.dst(), c.body, err)
 		}
 	}
+}
+
+// TestErrorCodesMatchDocument checks that errorf's table holds exactly the
+// codes of the OpenAPI document's Error.code enum, so that every code a
+// handler may use has its status, and no documented code lacks one.
+func TestErrorCodesMatchDocument(t *testing.T) {
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				Error struct {
+					Properties struct {
+						Code struct {
+							Enum []string `json:"enum"`
+						} `json:"code"`
+					} `json:"properties"`
+				} `json:"Error"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(openAPISource, &doc); err != nil {
+		t.Fatal(err)
+	}
+	enum := doc.Components.Schemas.Error.Properties.Code.Enum
+	if len(enum) == 0 {
+		t.Fatal("no Error.code enum in openapi.json")
+	}
+	for _, code := range enum {
+		if _, ok := errorStatus[code]; !ok {
+			t.Errorf("documented code %q has no status in errorStatus", code)
+		}
+	}
+	for code := range errorStatus {
+		if !slices.Contains(enum, code) {
+			t.Errorf("errorStatus has %q, which the document does not list", code)
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("errorf with an unknown code did not panic")
+		}
+	}()
+	errorf("no_such_code", "x")
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"slices"
@@ -372,7 +371,7 @@ func tokenJSONShape(body []byte) (topKeys []string, _ *apiError) {
 		switch tok {
 		case json.Delim('{'), json.Delim('['):
 			if len(stack) == maxJSONDepth {
-				return nil, errorf(http.StatusBadRequest, "invalid_json", "the JSON is nested deeper than %d levels", maxJSONDepth)
+				return nil, errorf("invalid_json", "the JSON is nested deeper than %d levels", maxJSONDepth)
 			}
 			isObj := tok == json.Delim('{')
 			stack = append(stack, frame{isObj: isObj, wantKey: isObj})
@@ -384,7 +383,7 @@ func tokenJSONShape(body []byte) (topKeys []string, _ *apiError) {
 			if top >= 0 && stack[top].wantKey {
 				key, _ := tok.(string)
 				if stack[top].keys[key] {
-					return nil, errorf(http.StatusBadRequest, "invalid_json", "the key %q appears twice in one object", key)
+					return nil, errorf("invalid_json", "the key %q appears twice in one object", key)
 				}
 				if top == 0 {
 					topKeys = append(topKeys, key)

@@ -695,13 +695,13 @@ func limitRequests(lim *limiter, keys *keyring, trustProxy bool, m *serverMetric
 func refusal(d decision) *apiError {
 	switch d.Code {
 	case "quota_exceeded":
-		return errorf(http.StatusTooManyRequests, d.Code,
+		return errorf(d.Code,
 			"the daily quota of %d requests is used up; it resets at 00:00 UTC, in %d s", d.Limit, d.RetryAfter)
 	case "key_banned":
-		return errorf(http.StatusTooManyRequests, d.Code,
+		return errorf(d.Code,
 			"this key is banned for %d s for sending too many requests while rate limited", d.RetryAfter)
 	}
-	return errorf(http.StatusTooManyRequests, "rate_limited",
+	return errorf("rate_limited",
 		"rate limit of %d requests per minute exceeded; retry after %d s", d.Limit, d.RetryAfter)
 }
 

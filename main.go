@@ -301,7 +301,7 @@ func handleReady(store *Store) http.Handler {
 		if err := store.Ready(ctx); err != nil {
 			noteError(w, err)
 			w.Header().Set("Retry-After", retryAfterUnavailable)
-			writeError(w, r, errorf(http.StatusServiceUnavailable, "unavailable", "the database is not reachable"))
+			writeError(w, r, errorf("unavailable", "the database is not reachable"))
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
@@ -331,14 +331,14 @@ func newRouter(routes []route) http.Handler {
 		if probe.status == http.StatusMethodNotAllowed {
 			allow := probe.header.Get("Allow")
 			w.Header().Set("Allow", allow)
-			writeError(w, r, errorf(http.StatusMethodNotAllowed, "method_not_allowed", "method %s is not allowed here; allowed: %s", r.Method, allow))
+			writeError(w, r, errorf("method_not_allowed", "method %s is not allowed here; allowed: %s", r.Method, allow))
 			return
 		}
-		writeError(w, r, errorf(http.StatusNotFound, "not_found", "no such path: %s", r.URL.Path))
+		writeError(w, r, errorf("not_found", "no such path: %s", r.URL.Path))
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !isCanonicalPath(r.URL.Path) {
-			writeError(w, r, errorf(http.StatusNotFound, "not_found", "no such path: %s (paths must not contain . or .. segments or empty segments)", r.URL.Path))
+			writeError(w, r, errorf("not_found", "no such path: %s (paths must not contain . or .. segments or empty segments)", r.URL.Path))
 			return
 		}
 		mux.ServeHTTP(w, r)

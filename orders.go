@@ -16,13 +16,13 @@ type newOrder struct {
 func (o newOrder) validate() *apiError {
 	switch {
 	case o.PetID == nil:
-		return errorf(http.StatusBadRequest, "validation_failed", "petId is required")
+		return errorf("validation_failed", "petId is required")
 	case *o.PetID < 1:
-		return errorf(http.StatusBadRequest, "validation_failed", "petId must be a positive integer")
+		return errorf("validation_failed", "petId must be a positive integer")
 	case o.Quantity == nil:
-		return errorf(http.StatusBadRequest, "validation_failed", "quantity is required")
+		return errorf("validation_failed", "quantity is required")
 	case *o.Quantity < 1 || *o.Quantity > maxOrderQuantity:
-		return errorf(http.StatusBadRequest, "validation_failed", "quantity must be 1 to %d, got %d", maxOrderQuantity, *o.Quantity)
+		return errorf("validation_failed", "quantity must be 1 to %d, got %d", maxOrderQuantity, *o.Quantity)
 	}
 	return nil
 }
@@ -40,7 +40,7 @@ func handleOrderCreate(store *Store) http.Handler {
 		}
 		o, err := store.CreateOrder(r.Context(), *in.PetID, *in.Quantity)
 		if errors.Is(err, errNoReference) {
-			writeError(w, r, errorf(http.StatusBadRequest, "validation_failed", "petId %d does not name an existing pet", *in.PetID))
+			writeError(w, r, errorf("validation_failed", "petId %d does not name an existing pet", *in.PetID))
 			return
 		}
 		if err != nil {

@@ -26,16 +26,16 @@ func (p newPet) validate() (Pet, *apiError) {
 		return Pet{}, err
 	}
 	if p.CategoryID == nil {
-		return Pet{}, errorf(http.StatusBadRequest, "validation_failed", "categoryId is required")
+		return Pet{}, errorf("validation_failed", "categoryId is required")
 	}
 	if *p.CategoryID < 1 {
-		return Pet{}, errorf(http.StatusBadRequest, "validation_failed", "categoryId must be a positive integer")
+		return Pet{}, errorf("validation_failed", "categoryId must be a positive integer")
 	}
 	status := "available"
 	if p.Status != nil {
 		status = *p.Status
 		if !slices.Contains(petStatuses, status) {
-			return Pet{}, errorf(http.StatusBadRequest, "validation_failed", "status must be one of %s", strings.Join(petStatuses, ", "))
+			return Pet{}, errorf("validation_failed", "status must be one of %s", strings.Join(petStatuses, ", "))
 		}
 	}
 	return Pet{Name: name, CategoryID: *p.CategoryID, Status: status}, nil
@@ -55,7 +55,7 @@ func handlePetCreate(store *Store) http.Handler {
 		}
 		created, err := store.CreatePet(r.Context(), p)
 		if errors.Is(err, errNoReference) {
-			writeError(w, r, errorf(http.StatusBadRequest, "validation_failed", "categoryId %d does not name an existing category", p.CategoryID))
+			writeError(w, r, errorf("validation_failed", "categoryId %d does not name an existing category", p.CategoryID))
 			return
 		}
 		if err != nil {
@@ -88,7 +88,7 @@ func handlePetList(store *Store) http.Handler {
 		if q.Has("status") {
 			f.Status = q.Get("status")
 			if !slices.Contains(petStatuses, f.Status) {
-				writeError(w, r, errorf(http.StatusBadRequest, "validation_failed", "status must be one of %s", strings.Join(petStatuses, ", ")))
+				writeError(w, r, errorf("validation_failed", "status must be one of %s", strings.Join(petStatuses, ", ")))
 				return
 			}
 		}
@@ -105,7 +105,7 @@ func handlePetGet(store *Store) http.Handler {
 		}
 		p, err := store.Pet(r.Context(), id)
 		if errors.Is(err, errNotFound) {
-			writeError(w, r, errorf(http.StatusNotFound, "not_found", "no pet with id %d", id))
+			writeError(w, r, errorf("not_found", "no pet with id %d", id))
 			return
 		}
 		if err != nil {
@@ -120,7 +120,7 @@ func handlePetGet(store *Store) http.Handler {
 func positiveID(name, s string) (int64, *apiError) {
 	id, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || id < 1 || s[0] < '0' || s[0] > '9' {
-		return 0, errorf(http.StatusBadRequest, "validation_failed", "%s must be a positive integer, got %q", name, s)
+		return 0, errorf("validation_failed", "%s must be a positive integer, got %q", name, s)
 	}
 	return id, nil
 }
@@ -145,7 +145,7 @@ func (d deprecation) headers(h http.Header) {
 func sunset(d deprecation, now func() time.Time, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !now().Before(d.sunsetAt) {
-			writeError(w, r, errorf(http.StatusGone, "gone",
+			writeError(w, r, errorf("gone",
 				"this operation was retired on %s; use %s", d.sunsetAt.UTC().Format(time.RFC3339), d.successor))
 			return
 		}
