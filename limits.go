@@ -1,43 +1,16 @@
+// limits.go owns the token bucket: each key's minute bucket, day count and
+// temporary ban, worked out in exact integer arithmetic with the standard
+// library only. The per-address buckets are in limits_addrs.go, the day
+// counts' way to the database in limits_days.go; the HTTP side is
+// ratelimit.go.
 package main
 
 import (
 	"cmp"
-	"context"
-	"encoding/binary"
-	"log/slog"
 	"math"
-	"net/http"
-	"net/netip"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 )
-
-// plan is a named pair of limits; enterprise keys carry their own.
-type plan struct {
-	Name string
-	RPM  int64 // requests per minute: the token bucket's capacity
-	RPD  int64 // requests per UTC day
-}
-
-// plans is the plan table; enterprise has no fixed limits.
-var plans = []plan{
-	{Name: "free", RPM: 60, RPD: 1000},
-	{Name: "pro", RPM: 300, RPD: 10000},
-	{Name: "business", RPM: 1000, RPD: 100000},
-	{Name: "enterprise"},
-}
-
-// planByName returns the plan called name.
-func planByName(name string) (plan, bool) {
-	for _, p := range plans {
-		if p.Name == name {
-			return p, true
-		}
-	}
-	return plan{}, false
-}
 
 type limiterConfig struct {
 	Now          func() time.Time // injected clock; required
@@ -146,16 +119,6 @@ type limKeyState struct {
 	prevRefusals int32
 	day          int32 // Unix day of count and pending
 	rpm          int32 // capacity the bucket holds (<= limMaxRPM); 0 until the first allowKey
-}
-
-// limAddrKey is an IPv4 address, or the /64 prefix of an IPv6 address.
-type limAddrKey struct{ hi, lo uint64 }
-
-type limAddrShard struct {
-	mu  sync.Mutex
-	t   map[limAddrKey]limBucket
-	max int // addresses tracked at most
-	_   [64]byte
 }
 
 func newLimiter(cfg limiterConfig) *limiter {
@@ -269,55 +232,6 @@ func (l *limiter) allowKey(id int64, rpm, rpd int64) decision {
 	return d
 }
 
-// allowAddr counts an anonymous request from addr against its minute bucket.
-// IPv6 clients are grouped by /64, the prefix one subscriber usually gets, so
-// that rotating the interface identifier does not buy a fresh bucket. IPv4-
-// mapped IPv6 addresses count as their IPv4 address.
-func (l *limiter) allowAddr(addr netip.Addr) decision {
-	now := l.now().UnixNano()
-	k := limAddrKeyOf(addr)
-	h := k.hash()
-	s := &l.addrs[(h>>32)%uint64(len(l.addrs))]
-	s.mu.Lock()
-	bk, ok := s.t[k]
-	if !ok {
-		if len(s.t) >= s.max {
-			s.evict(now, l.anonRPM)
-		}
-		bk = limBucket{tokens: l.anonRPM * limTokenUnit, last: now}
-	}
-	bk.refill(now, l.anonRPM)
-	d := decision{Allowed: bk.tokens >= limTokenUnit, MinuteRPM: l.anonRPM}
-	if d.Allowed {
-		bk.tokens -= limTokenUnit
-	}
-	s.t[k] = bk
-	s.mu.Unlock()
-	if !d.Allowed {
-		d.Code, d.RetryAfter = "rate_limited", limSeconds(bk.last+limCeilDiv(limTokenUnit-bk.tokens, l.anonRPM)-now)
-	}
-	d.setWindow(60, l.anonRPM, bk.tokens/limTokenUnit, bk.last+bk.untilFull(l.anonRPM), now)
-	return d
-}
-
-// evict forgets one address: of a few taken at random (map iteration starts
-// at a random place), the first whose bucket is full again (it carries no
-// information), else the idlest, the one with the most tokens.
-func (s *limAddrShard) evict(now, rpm int64) {
-	var victim limAddrKey
-	most, seen := int64(-1), 0
-	for k, b := range s.t {
-		b.refill(now, rpm)
-		if b.tokens > most {
-			victim, most = k, b.tokens
-		}
-		if seen++; seen == limEvictScan || b.tokens == rpm*limTokenUnit {
-			break
-		}
-	}
-	delete(s.t, victim)
-}
-
 // setBan bans key id until the given time; the zero time lifts the ban and
 // forgets the key's recent refusals.
 func (l *limiter) setBan(id int64, until time.Time) {
@@ -348,67 +262,6 @@ func (l *limiter) banOf(id int64) time.Time {
 	return time.Time{}
 }
 
-// loadDayCount sets key id's count for day to the stored n (plus increments
-// not yet taken). Counts of any day but today (UTC, by the injected clock) are
-// ignored: the quota of another day does not matter any more.
-func (l *limiter) loadDayCount(id int64, day string, n int64) {
-	now := l.now().UnixNano()
-	today := limDay(now)
-	s := l.keyShard(id)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if day != s.dayString(today) {
-		return
-	}
-	st := s.state(id)
-	if st.day < today {
-		if st.pending > 0 {
-			s.stale = append(s.stale, dayDelta{id, s.dayString(st.day), st.pending})
-		}
-		st.day, st.pending = today, 0
-	}
-	st.count = n + st.pending
-}
-
-// takeDayDeltas appends to dst the day increments counted since the last call,
-// past days' included, and forgets them.
-func (l *limiter) takeDayDeltas(dst []dayDelta) []dayDelta {
-	for i := range l.keys {
-		s := &l.keys[i]
-		s.mu.Lock()
-		dst = append(dst, s.stale...)
-		clear(s.stale)
-		s.stale = s.stale[:0]
-		for _, id := range s.dirty {
-			if st := s.t[id]; st != nil && st.pending > 0 {
-				dst = append(dst, dayDelta{id, s.dayString(st.day), st.pending})
-				st.pending = 0
-			}
-		}
-		s.dirty = s.dirty[:0]
-		s.mu.Unlock()
-	}
-	return dst
-}
-
-// returnDayDeltas puts back deltas taken by takeDayDeltas that could not be
-// written, so that the next takeDayDeltas hands them out again.
-func (l *limiter) returnDayDeltas(ds []dayDelta) {
-	for _, d := range ds {
-		s := l.keyShard(d.KeyID)
-		s.mu.Lock()
-		if st := s.t[d.KeyID]; st != nil && d.Day == s.dayString(st.day) {
-			if st.pending == 0 {
-				s.dirty = append(s.dirty, d.KeyID)
-			}
-			st.pending += d.N
-		} else {
-			s.stale = append(s.stale, d)
-		}
-		s.mu.Unlock()
-	}
-}
-
 // sweep forgets state that carries no information: keys whose bucket is full
 // and that have no ban, no recent refusal and no count for today or pending
 // increment, and addresses whose bucket is full.
@@ -427,18 +280,10 @@ func (l *limiter) sweep() {
 		}
 		s.mu.Unlock()
 	}
-	for i := range l.addrs {
-		s := &l.addrs[i]
-		s.mu.Lock()
-		for k, b := range s.t {
-			if b.untilFull(l.anonRPM) <= now-b.last {
-				delete(s.t, k)
-			}
-		}
-		s.mu.Unlock()
-	}
+	l.sweepAddrs(now)
 }
 
+// stats counts the keys and addresses the limiter tracks.
 func (l *limiter) stats() limiterStats {
 	var st limiterStats
 	for i := range l.keys {
@@ -446,80 +291,8 @@ func (l *limiter) stats() limiterStats {
 		st.keys += len(l.keys[i].t)
 		l.keys[i].mu.Unlock()
 	}
-	for i := range l.addrs {
-		l.addrs[i].mu.Lock()
-		st.addrs += len(l.addrs[i].t)
-		l.addrs[i].mu.Unlock()
-	}
+	st.addrs = l.trackedAddrs()
 	return st
-}
-
-// setHeaders writes d as X-RateLimit-*, the RateLimit-Policy and RateLimit
-// fields of draft-ietf-httpapi-ratelimit-headers-09, and Retry-After.
-func (d decision) setHeaders(h http.Header) {
-	// All values go into one buffer and then one string, and all header
-	// slices share one backing array: two allocations instead of a dozen
-	// on a path every request takes.
-	var buf [192]byte
-	var names [6]string
-	var ends [6]int
-	b, n := buf[:0], 0
-	add := func(name string) {
-		names[n], ends[n] = name, len(b)
-		n++
-	}
-	if !d.Allowed {
-		b = strconv.AppendInt(b, d.RetryAfter, 10)
-		add("Retry-After")
-	}
-	if d.Window != 0 {
-		b = strconv.AppendInt(b, d.Limit, 10)
-		add("X-Ratelimit-Limit")
-		b = strconv.AppendInt(b, d.Remaining, 10)
-		add("X-Ratelimit-Remaining")
-		b = strconv.AppendInt(b, d.Reset, 10)
-		add("X-Ratelimit-Reset")
-		if d.MinuteRPM > 0 {
-			b = limPolicyItem(b, "minute", d.MinuteRPM, 60)
-		}
-		if d.DayRPD > 0 {
-			if d.MinuteRPM > 0 {
-				b = append(b, ", "...)
-			}
-			b = limPolicyItem(b, "day", d.DayRPD, 86400)
-		}
-		add("Ratelimit-Policy")
-		name := "minute"
-		if d.Window == 86400 {
-			name = "day"
-		}
-		// The draft wants t to name the same instant as Retry-After when both are sent.
-		t := d.ResetIn
-		if !d.Allowed {
-			t = d.RetryAfter
-		}
-		b = append(append(append(b, '"'), name...), `";r=`...)
-		b = append(strconv.AppendInt(b, d.Remaining, 10), ";t="...)
-		b = strconv.AppendInt(b, t, 10)
-		add("Ratelimit")
-	}
-	if n == 0 {
-		return
-	}
-	all := string(b)
-	vals := make([]string, n)
-	start := 0
-	for i := range n {
-		vals[i] = all[start:ends[i]]
-		h[names[i]] = vals[i : i+1 : i+1]
-		start = ends[i]
-	}
-}
-
-func limPolicyItem(b []byte, name string, q, w int64) []byte {
-	b = append(append(append(b, '"'), name...), `";q=`...)
-	b = append(strconv.AppendInt(b, q, 10), ";w="...)
-	return strconv.AppendInt(b, w, 10)
 }
 
 func (d *decision) setWindow(window, limit, remaining, resetNanos, now int64) {
@@ -610,26 +383,6 @@ func (s *limKeyShard) state(id int64) *limKeyState {
 	return st
 }
 
-func (s *limKeyShard) dayString(day int32) string {
-	c := &s.days[day&1]
-	if c.s == "" || c.day != day {
-		c.day, c.s = day, time.Unix(int64(day)*86400, 0).UTC().Format(time.DateOnly)
-	}
-	return c.s
-}
-
-func limAddrKeyOf(a netip.Addr) limAddrKey {
-	a = a.Unmap()
-	if a.Is4() {
-		b := a.As4()
-		return limAddrKey{lo: 1<<32 | uint64(binary.BigEndian.Uint32(b[:]))}
-	}
-	b := a.As16() // zeros for the invalid Addr, which then shares one bucket
-	return limAddrKey{hi: binary.BigEndian.Uint64(b[:8])}
-}
-
-func (k limAddrKey) hash() uint64 { return limMix(k.hi ^ limMix(k.lo)) }
-
 func limKeyHash(id int64) uint64 { return limMix(uint64(id)) }
 
 // limMix is MurmurHash3's 64-bit finalizer: shards take bits of its result,
@@ -658,205 +411,4 @@ func limCeilDiv(a, b int64) int64 {
 		q++
 	}
 	return q
-}
-
-// limitRequests applies the rate limits to every request under /v1/, before
-// routing: a request with a usable key counts against that key (and its id,
-// noted on the request log's recorder, lets it past requireKey), any other
-// against its client address. Every response under /v1/ gets the binding
-// window's headers; a refused request gets 429 and goes no further.
-func limitRequests(lim *limiter, keys *keyring, trustProxy bool, m *serverMetrics, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1" && !strings.HasPrefix(r.URL.Path, "/v1/") {
-			next.ServeHTTP(w, r)
-			return
-		}
-		var d decision
-		k := keys.authenticate(r)
-		if k != nil {
-			if rec := recorderOf(w); rec != nil {
-				rec.keyID = k.ID
-			}
-			d = lim.allowKey(k.ID, k.RPM, k.RPD)
-		} else {
-			d = lim.allowAddr(clientAddr(r, trustProxy))
-		}
-		d.setHeaders(w.Header())
-		if !d.Allowed {
-			m.refused(d.Code)
-			writeError(w, r, refusal(d))
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// refusal is the Error of a refused request.
-func refusal(d decision) *apiError {
-	switch d.Code {
-	case "quota_exceeded":
-		return errorf(d.Code,
-			"the daily quota of %d requests is used up; it resets at 00:00 UTC, in %d s", d.Limit, d.RetryAfter)
-	case "key_banned":
-		return errorf(d.Code,
-			"this key is banned for %d s for sending too many requests while rate limited", d.RetryAfter)
-	}
-	return errorf("rate_limited",
-		"rate limit of %d requests per minute exceeded; retry after %d s", d.Limit, d.RetryAfter)
-}
-
-// clientAddr is the address a request's rate limit is kept by: the
-// connection's peer, or with trustProxy the last address in
-// X-Forwarded-For, the one the proxy in front of us appended (earlier ones
-// are the client's word and can be forged).
-func clientAddr(r *http.Request, trustProxy bool) netip.Addr {
-	if trustProxy {
-		if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
-			last := xff[len(xff)-1]
-			if i := strings.LastIndexByte(last, ','); i >= 0 {
-				last = last[i+1:]
-			}
-			last = strings.TrimSpace(last)
-			if a, err := netip.ParseAddr(last); err == nil {
-				return a
-			}
-			// Some proxies append the client's port too: "1.2.3.4:5678",
-			// "[2001:db8::1]:5678".
-			if ap, err := netip.ParseAddrPort(last); err == nil {
-				return ap.Addr()
-			}
-		}
-	}
-	ap, err := netip.ParseAddrPort(r.RemoteAddr)
-	if err != nil {
-		return netip.Addr{}
-	}
-	return ap.Addr()
-}
-
-// upkeep keeps the limiter's state in the database until ctx ends: it
-// writes the day counts once a second and the bans as they come, and sweeps
-// idle state every sweepEvery. On the way out it writes what is left.
-func upkeep(ctx context.Context, lim *limiter, store *Store, bans *banQueue, m *serverMetrics, logger *slog.Logger) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	var buf []dayDelta
-	flush := func(ctx context.Context) {
-		buf = lim.takeDayDeltas(buf[:0])
-		if len(buf) == 0 {
-			return
-		}
-		if err := store.AddDayCounts(ctx, buf); err != nil {
-			m.dbErrors.Inc()
-			lim.returnDayDeltas(buf)
-			logger.Error("write day counts; will retry", "err", err)
-		}
-	}
-	var unwritten []keyBan
-	writeBan := func(ctx context.Context, b keyBan) bool {
-		if err := store.SetKeyBan(context.WithoutCancel(ctx), b.id, b.until); err != nil {
-			m.dbErrors.Inc()
-			unwritten = append(unwritten, b)
-			logger.Error("store ban; will retry", "key", b.id, "err", err)
-			return false
-		}
-		return true
-	}
-	// A ban that could not be written is retried every tick and on the way
-	// out, while the limiter still holds it as it was: not once it has
-	// ended, or "keys unban" lifted it meanwhile (a retry must not undo that).
-	retryBans := func(ctx context.Context) {
-		bs := unwritten
-		unwritten = nil
-		for i, b := range bs {
-			if lim.banOf(b.id).Equal(b.until) && b.until.After(time.Now()) && !writeBan(ctx, b) {
-				// The database still fails: keep the rest for the next
-				// tick rather than wait out a busy timeout for each.
-				unwritten = append(unwritten, bs[i+1:]...)
-				return
-			}
-		}
-	}
-	// newBans writes the bans imposed since the last call, in order, until
-	// one fails; the rest wait for the next tick's retryBans, as do all of
-	// them while earlier ones wait there.
-	var fresh []keyBan
-	newBans := func(ctx context.Context) {
-		fresh = bans.take(fresh[:0])
-		for _, b := range fresh {
-			m.bans.Inc()
-			logger.Warn("key banned", "key", b.id, "until", b.until.Format(time.RFC3339))
-		}
-		if len(unwritten) > 0 {
-			unwritten = append(unwritten, fresh...)
-			return
-		}
-		for i, b := range fresh {
-			if !writeBan(ctx, b) {
-				unwritten = append(unwritten, fresh[i+1:]...)
-				return
-			}
-		}
-	}
-	for ticks := 1; ; {
-		select {
-		case <-ctx.Done():
-			final := context.WithoutCancel(ctx)
-			newBans(final)
-			retryBans(final)
-			flush(final)
-			return
-		case <-bans.wake:
-			newBans(ctx)
-		case <-tick.C:
-			retryBans(ctx)
-			flush(ctx)
-			if ticks++; ticks%sweepEvery == 0 {
-				lim.sweep()
-			}
-		}
-	}
-}
-
-// sweepEvery is how many upkeep ticks (seconds) pass between sweeps.
-const sweepEvery = 10
-
-// keyBan is a ban the limiter imposed, on its way to the database.
-type keyBan struct {
-	id    int64
-	until time.Time
-}
-
-// banQueue carries the bans the limiter imposes to upkeep. It keeps every
-// one, however many come while upkeep waits for the database (a channel
-// would have to drop them once full, and a dropped ban would not survive a
-// restart). It holds at most one ban per key and ban duration.
-type banQueue struct {
-	mu   sync.Mutex
-	bans []keyBan
-	wake chan struct{} // signalled when bans is no longer empty
-}
-
-func newBanQueue() *banQueue {
-	return &banQueue{wake: make(chan struct{}, 1)}
-}
-
-func (q *banQueue) push(b keyBan) {
-	q.mu.Lock()
-	q.bans = append(q.bans, b)
-	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
-}
-
-// take appends the queued bans to dst, oldest first, and empties the queue.
-func (q *banQueue) take(dst []keyBan) []keyBan {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	dst = append(dst, q.bans...)
-	clear(q.bans)
-	q.bans = q.bans[:0]
-	return dst
 }

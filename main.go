@@ -158,7 +158,8 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		wg.Wait()
 	}()
 	wg.Go(func() { keys.watch(bgCtx, time.Second, logger) })
-	wg.Go(func() { upkeep(bgCtx, lim, store, bans, metrics, logger) })
+	up := &upkeep{lim: lim, store: store, bans: bans, m: metrics, log: logger}
+	wg.Go(func() { up.run(bgCtx) })
 	wg.Go(func() { logs.flushEvery(bgCtx, 100*time.Millisecond) })
 
 	serveErr := make(chan error, len(servers))

@@ -1,0 +1,171 @@
+// ratelimit.go owns rate limiting on the request path: the interface a
+// limiter offers the middleware and the upkeep, limitRequests, the
+// rate-limit headers and 429s, and the client address that requests
+// without a key are counted by.
+package main
+
+import (
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// rateLimiter is what the request path and the upkeep need of a limiter:
+// count a request of a key or of an address, load and hand out day counts,
+// set and read bans, and forget idle state. The in-process limiter
+// (limits.go) is one.
+type rateLimiter interface {
+	allowKey(id int64, rpm, rpd int64) decision
+	allowAddr(addr netip.Addr) decision
+	loadDayCount(id int64, day string, n int64)
+	takeDayDeltas(dst []dayDelta) []dayDelta
+	returnDayDeltas(ds []dayDelta)
+	setBan(id int64, until time.Time)
+	banOf(id int64) time.Time
+	sweep()
+	stats() limiterStats
+}
+
+// limitRequests applies the rate limits to every request under /v1/, before
+// routing: a request with a usable key counts against that key (and its id,
+// noted on the request log's recorder, lets it past requireKey), any other
+// against its client address. Every response under /v1/ gets the binding
+// window's headers; a refused request gets 429 and goes no further.
+func limitRequests(lim rateLimiter, keys *keyring, trustProxy bool, m *serverMetrics, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1" && !strings.HasPrefix(r.URL.Path, "/v1/") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		var d decision
+		k := keys.authenticate(r)
+		if k != nil {
+			if rec := recorderOf(w); rec != nil {
+				rec.keyID = k.ID
+			}
+			d = lim.allowKey(k.ID, k.RPM, k.RPD)
+		} else {
+			d = lim.allowAddr(clientAddr(r, trustProxy))
+		}
+		d.setHeaders(w.Header())
+		if !d.Allowed {
+			m.refused(d.Code)
+			writeError(w, r, refusal(d))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// refusal is the Error of a refused request.
+func refusal(d decision) *apiError {
+	switch d.Code {
+	case "quota_exceeded":
+		return errorf(d.Code,
+			"the daily quota of %d requests is used up; it resets at 00:00 UTC, in %d s", d.Limit, d.RetryAfter)
+	case "key_banned":
+		return errorf(d.Code,
+			"this key is banned for %d s for sending too many requests while rate limited", d.RetryAfter)
+	}
+	return errorf("rate_limited",
+		"rate limit of %d requests per minute exceeded; retry after %d s", d.Limit, d.RetryAfter)
+}
+
+// clientAddr is the address a request's rate limit is kept by: the
+// connection's peer, or with trustProxy the last address in
+// X-Forwarded-For, the one the proxy in front of us appended (earlier ones
+// are the client's word and can be forged).
+func clientAddr(r *http.Request, trustProxy bool) netip.Addr {
+	if trustProxy {
+		if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
+			last := xff[len(xff)-1]
+			if i := strings.LastIndexByte(last, ','); i >= 0 {
+				last = last[i+1:]
+			}
+			last = strings.TrimSpace(last)
+			if a, err := netip.ParseAddr(last); err == nil {
+				return a
+			}
+			// Some proxies append the client's port too: "1.2.3.4:5678",
+			// "[2001:db8::1]:5678".
+			if ap, err := netip.ParseAddrPort(last); err == nil {
+				return ap.Addr()
+			}
+		}
+	}
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr()
+}
+
+// setHeaders writes d as X-RateLimit-*, the RateLimit-Policy and RateLimit
+// fields of draft-ietf-httpapi-ratelimit-headers-09, and Retry-After.
+func (d decision) setHeaders(h http.Header) {
+	// All values go into one buffer and then one string, and all header
+	// slices share one backing array: two allocations instead of a dozen
+	// on a path every request takes.
+	var buf [192]byte
+	var names [6]string
+	var ends [6]int
+	b, n := buf[:0], 0
+	add := func(name string) {
+		names[n], ends[n] = name, len(b)
+		n++
+	}
+	if !d.Allowed {
+		b = strconv.AppendInt(b, d.RetryAfter, 10)
+		add("Retry-After")
+	}
+	if d.Window != 0 {
+		b = strconv.AppendInt(b, d.Limit, 10)
+		add("X-Ratelimit-Limit")
+		b = strconv.AppendInt(b, d.Remaining, 10)
+		add("X-Ratelimit-Remaining")
+		b = strconv.AppendInt(b, d.Reset, 10)
+		add("X-Ratelimit-Reset")
+		if d.MinuteRPM > 0 {
+			b = limPolicyItem(b, "minute", d.MinuteRPM, 60)
+		}
+		if d.DayRPD > 0 {
+			if d.MinuteRPM > 0 {
+				b = append(b, ", "...)
+			}
+			b = limPolicyItem(b, "day", d.DayRPD, 86400)
+		}
+		add("Ratelimit-Policy")
+		name := "minute"
+		if d.Window == 86400 {
+			name = "day"
+		}
+		// The draft wants t to name the same instant as Retry-After when both are sent.
+		t := d.ResetIn
+		if !d.Allowed {
+			t = d.RetryAfter
+		}
+		b = append(append(append(b, '"'), name...), `";r=`...)
+		b = append(strconv.AppendInt(b, d.Remaining, 10), ";t="...)
+		b = strconv.AppendInt(b, t, 10)
+		add("Ratelimit")
+	}
+	if n == 0 {
+		return
+	}
+	all := string(b)
+	vals := make([]string, n)
+	start := 0
+	for i := range n {
+		vals[i] = all[start:ends[i]]
+		h[names[i]] = vals[i : i+1 : i+1]
+		start = ends[i]
+	}
+}
+
+func limPolicyItem(b []byte, name string, q, w int64) []byte {
+	b = append(append(append(b, '"'), name...), `";q=`...)
+	b = append(strconv.AppendInt(b, q, 10), ";w="...)
+	return strconv.AppendInt(b, w, 10)
+}
