@@ -80,7 +80,7 @@ func bearerToken(h string) (string, bool) {
 // environment, by hash. refresh picks up what the keys commands change and
 // hands every changed key to onChange.
 type keyring struct {
-	store    *Store
+	store    Store
 	env      string
 	onChange func(*apiKey)
 
@@ -90,7 +90,7 @@ type keyring struct {
 	seq    int64
 }
 
-func newKeyring(store *Store, env string, onChange func(*apiKey)) *keyring {
+func newKeyring(store Store, env string, onChange func(*apiKey)) *keyring {
 	return &keyring{store: store, env: env, onChange: onChange,
 		byHash: map[[32]byte]*apiKey{}, byID: map[int64]*apiKey{}, seq: -1}
 }
@@ -116,6 +116,7 @@ func (kr *keyring) refresh(ctx context.Context) error {
 		if k.Revoked || k.Env != kr.env {
 			continue
 		}
+		k.RPM, k.RPD = planLimits(k.Plan, k.RPM, k.RPD)
 		kr.byHash[k.Hash] = k
 		kr.byID[k.ID] = k
 		if kr.onChange != nil {

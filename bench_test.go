@@ -16,7 +16,7 @@ import (
 // benchServer is the whole API handler, as newServer builds it for serve,
 // on a temp database with 100 categories and a key whose limits refuse
 // nothing. Logs go to io.Discard.
-func benchServer(b *testing.B) (http.Handler, string, *Store) {
+func benchServer(b *testing.B) (http.Handler, string, *sqliteStore) {
 	b.Helper()
 	store := testStore(b, filepath.Join(b.TempDir(), "bench.db"), true)
 	b.Cleanup(func() { store.Close() })
@@ -27,7 +27,7 @@ func benchServer(b *testing.B) (http.Handler, string, *Store) {
 	for i := range 100 {
 		name := fmt.Sprintf("category %03d", i)
 		desc := "a category for benchmarks"
-		if _, err := store.CreateCategory(context.Background(), name, foldName(name), &desc); err != nil {
+		if _, err := store.CreateCategory(context.Background(), Category{Name: name, Description: &desc}, foldName(name)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -109,7 +109,7 @@ func BenchmarkGroupCommitCreate(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			name := fmt.Sprintf("g %d", n.Add(1))
-			if _, err := store.CreateCategory(context.Background(), name, name, nil); err != nil {
+			if _, err := store.CreateCategory(context.Background(), Category{Name: name}, name); err != nil {
 				b.Fatal(err)
 			}
 		}

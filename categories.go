@@ -87,7 +87,7 @@ func foldUnicode(name string) string {
 	return norm.NFC.String(cases.Fold().String(norm.NFC.String(name)))
 }
 
-func handleCategoryCreate(store *Store) http.Handler {
+func handleCategoryCreate(store Store) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var in newCategory
 		if err := decodeJSON(w, r, &in); err != nil {
@@ -99,7 +99,7 @@ func handleCategoryCreate(store *Store) http.Handler {
 			writeError(w, r, verr)
 			return
 		}
-		c, err := store.CreateCategory(r.Context(), name, foldName(name), in.Description)
+		c, err := store.CreateCategory(r.Context(), Category{Name: name, Description: in.Description}, foldName(name))
 		if errors.Is(err, errConflict) {
 			writeError(w, r, errorf("conflict", "a category named %q exists already (names are compared ignoring case)", name))
 			return
@@ -134,7 +134,7 @@ type listSnapshot struct {
 // copy that any write invalidates (answering If-None-Match with 304), or
 // streamed when it is too large to keep; or one page of it.
 type categoryLists struct {
-	store     *Store
+	store     Store
 	publicURL string
 	cached    atomic.Pointer[listSnapshot]
 	pages     *lru.Cache[pageKey, *listSnapshot]
@@ -158,7 +158,7 @@ const (
 	maxCachedPage  = 32 << 10
 )
 
-func handleCategoryList(store *Store, publicURL string) http.Handler {
+func handleCategoryList(store Store, publicURL string) http.Handler {
 	pages, err := lru.New[pageKey, *listSnapshot](maxCachedPages)
 	if err != nil {
 		panic(err) // only for a size below 1

@@ -95,6 +95,23 @@ func dbFlag(fs *flag.FlagSet) *string {
 	return fs.String("db", "petstore.db", "path of the SQLite database `file`")
 }
 
+// checkDBPath refuses a --db that SQLite would not take as the file it
+// names: an empty one, one with '?' or '#', which SQLite's driver reads
+// as the start of a query, or one starting with file:, which SQLite reads
+// as a URI and opens another file than the one checked and created (0600).
+func checkDBPath(path string) error {
+	if path == "" {
+		return usagef("no database path given (--db)")
+	}
+	if strings.ContainsAny(path, "?#") {
+		return usagef("database path %q: '?' and '#' are not allowed in the path", path)
+	}
+	if strings.HasPrefix(path, "file:") {
+		return usagef("database path %q: SQLite reads a path starting with file: as a URI; write ./%s", path, path)
+	}
+	return nil
+}
+
 // parseFlags parses args into fs, allowing flags after positional
 // arguments, and fills every flag not given from PETSTORE_<NAME> in the
 // environment. It returns the positional arguments, which must number
@@ -220,6 +237,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	// Paths are appended to it ("/categories?..." in a Link): a trailing
 	// slash would make "//categories", which is a 404 here.
 	cfg.publicURL = strings.TrimRight(cfg.publicURL, "/")
+	if err := checkDBPath(cfg.db); err != nil {
+		return err
+	}
 	return serve(ctx, cfg, stderr)
 }
 
@@ -264,6 +284,9 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	if _, err := parseFlags(fs, args, getenv, stdout, 0); err != nil {
 		return helpIsNoError(err)
 	}
+	if err := checkDBPath(*db); err != nil {
+		return err
+	}
 	store, err := openStore(ctx, *db, true, time.Now, defaultBusyTimeout)
 	if err != nil {
 		return err
@@ -285,6 +308,9 @@ func runBackup(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	if pos[0] == "" {
 		return usagef("backup: DEST must not be empty")
+	}
+	if err := checkDBPath(*db); err != nil {
+		return err
 	}
 	if err := backupDatabase(ctx, *db, pos[0], defaultBusyTimeout); err != nil {
 		return err
@@ -322,7 +348,7 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 		if utf8.RuneCountInString(*name) > maxNameLen || !utf8.ValidString(*name) || strings.IndexFunc(*name, unicode.IsControl) >= 0 {
 			return usagef("keys create: --name must be at most %d characters of UTF-8 without control characters", maxNameLen)
 		}
-		return withStore(ctx, *db, func(s *Store) error {
+		return withStore(ctx, *db, func(s Store) error {
 			return keysCreate(ctx, s, *planName, *name, *rpm, *rpd, *env, *asJSON, stdout, stderr)
 		})
 	case "list":
@@ -333,7 +359,7 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 		if err := mustExist(*db); err != nil {
 			return err
 		}
-		return withStore(ctx, *db, func(s *Store) error { return keysList(ctx, s, *asJSON, stdout) })
+		return withStore(ctx, *db, func(s Store) error { return keysList(ctx, s, *asJSON, stdout) })
 	case "revoke", "unban":
 		pos, err := parseFlags(fs, args, getenv, stdout, 1)
 		if err != nil {
@@ -346,7 +372,7 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 		if err := mustExist(*db); err != nil {
 			return err
 		}
-		return withStore(ctx, *db, func(s *Store) error {
+		return withStore(ctx, *db, func(s Store) error {
 			if sub == "revoke" {
 				err = s.RevokeKey(ctx, id)
 			} else {
@@ -367,11 +393,17 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 // mustExist fails when the database at path does not exist: only keys
 // create (like serve and migrate) starts a new one.
 func mustExist(path string) error {
+	if err := checkDBPath(path); err != nil {
+		return err
+	}
 	return checkDatabaseFile(path, false)
 }
 
 // withStore runs do on the migrated database at path, then closes it.
-func withStore(ctx context.Context, path string, do func(*Store) error) error {
+func withStore(ctx context.Context, path string, do func(Store) error) error {
+	if err := checkDBPath(path); err != nil {
+		return err
+	}
 	store, err := openStore(ctx, path, true, time.Now, defaultBusyTimeout)
 	if err != nil {
 		return err
@@ -428,26 +460,27 @@ type keyListView struct {
 }
 
 func viewKey(k apiKey) keyView {
-	return keyView{ID: k.ID, Name: k.Name, Plan: k.Plan, RPM: k.RPM, RPD: k.RPD, Env: k.Env, CreatedAt: k.CreatedAt.UTC()}
+	rpm, rpd := planLimits(k.Plan, k.RPM, k.RPD)
+	return keyView{ID: k.ID, Name: k.Name, Plan: k.Plan, RPM: rpm, RPD: rpd, Env: k.Env, CreatedAt: k.CreatedAt.UTC()}
 }
 
-func keysCreate(ctx context.Context, s *Store, planName, name string, rpm, rpd int64, env string, asJSON bool, stdout, stderr io.Writer) error {
+func keysCreate(ctx context.Context, s Store, planName, name string, rpm, rpd int64, env string, asJSON bool, stdout, stderr io.Writer) error {
 	secret := newKeySecret(env)
 	k, err := s.CreateKey(ctx, hashKey(secret), name, planName, rpm, rpd, env)
 	if err != nil {
 		return err
 	}
+	v := viewKey(k)
 	if asJSON {
-		v := viewKey(k)
 		v.Key = secret
 		return json.NewEncoder(stdout).Encode(v)
 	}
-	fmt.Fprintf(stderr, "created key %d: %s plan, %d/min, %d/day, %s; the key is shown only this once\n", k.ID, k.Plan, k.RPM, k.RPD, k.Env)
+	fmt.Fprintf(stderr, "created key %d: %s plan, %d/min, %d/day, %s; the key is shown only this once\n", v.ID, v.Plan, v.RPM, v.RPD, v.Env)
 	_, err = fmt.Fprintln(stdout, secret)
 	return err
 }
 
-func keysList(ctx context.Context, s *Store, asJSON bool, stdout io.Writer) error {
+func keysList(ctx context.Context, s Store, asJSON bool, stdout io.Writer) error {
 	keys, err := s.KeysSince(ctx, -1)
 	if err != nil {
 		return err
@@ -466,7 +499,7 @@ func keysList(ctx context.Context, s *Store, asJSON bool, stdout io.Writer) erro
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tPLAN\tPER MIN\tPER DAY\tENV\tCREATED\tSTATE")
-	now := s.now()
+	now := time.Now()
 	for _, k := range keys {
 		state := "active"
 		switch {
@@ -475,7 +508,8 @@ func keysList(ctx context.Context, s *Store, asJSON bool, stdout io.Writer) erro
 		case k.BannedUntil.After(now):
 			state = "banned until " + k.BannedUntil.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", k.ID, k.Name, k.Plan, k.RPM, k.RPD, k.Env, k.CreatedAt.UTC().Format(time.RFC3339), state)
+		v := viewKey(k)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", v.ID, v.Name, v.Plan, v.RPM, v.RPD, v.Env, v.CreatedAt.Format(time.RFC3339), state)
 	}
 	return tw.Flush()
 }

@@ -36,13 +36,6 @@ type decision struct {
 	DayRPD     int64
 }
 
-// dayDelta is an increment of a key's count for a UTC day ("2006-01-02").
-type dayDelta struct {
-	KeyID int64
-	Day   string
-	N     int64
-}
-
 type limiterStats struct {
 	keys  int
 	addrs int

@@ -223,7 +223,7 @@ func unwrapOpError(err error) error {
 
 // createFirstKey creates a free key and prints it once to stderr when the
 // database has no keys at all, so that a new user can call the API at once.
-func createFirstKey(ctx context.Context, store *Store, keys *keyring, env string, stderr io.Writer) error {
+func createFirstKey(ctx context.Context, store Store, keys *keyring, env string, stderr io.Writer) error {
 	has, err := store.HasKeys(ctx)
 	if err != nil || has {
 		return err
@@ -246,7 +246,7 @@ type route struct {
 
 // apiRoutes is the route table of the API under /v1: every entry is an
 // operation of the OpenAPI document, and the other way round.
-func apiRoutes(store *Store, cfg serveConfig) []route {
+func apiRoutes(store Store, cfg serveConfig) []route {
 	return []route{
 		{"GET /v1/categories", requireKey(handleCategoryList(store, cfg.publicURL))},
 		{"POST /v1/categories", requireKey(handleCategoryCreate(store))},
@@ -265,7 +265,7 @@ func (cfg serveConfig) petsDeprecation() deprecation {
 }
 
 // newServer returns the whole API: the route table and the middleware chain.
-func newServer(logger *slog.Logger, reqLog *requestLog, store *Store, keys *keyring, lim *limiter, m *serverMetrics, cfg serveConfig) http.Handler {
+func newServer(logger *slog.Logger, reqLog *requestLog, store Store, keys *keyring, lim *limiter, m *serverMetrics, cfg serveConfig) http.Handler {
 	routes := append(apiRoutes(store, cfg),
 		route{"GET /healthz", handleHealth(cfg.env)},
 		route{"GET /readyz", handleReady(store)})
@@ -280,7 +280,7 @@ func newServer(logger *slog.Logger, reqLog *requestLog, store *Store, keys *keyr
 
 // newAdminServer returns what the admin listener serves: metrics and the
 // health checks, never the API.
-func newAdminServer(store *Store, m *serverMetrics, cfg serveConfig) http.Handler {
+func newAdminServer(store Store, m *serverMetrics, cfg serveConfig) http.Handler {
 	return newRouter([]route{
 		{"GET /metrics", handleMetrics(m)},
 		{"GET /healthz", handleHealth(cfg.env)},
@@ -295,7 +295,7 @@ func handleHealth(env string) http.Handler {
 	})
 }
 
-func handleReady(store *Store) http.Handler {
+func handleReady(store Store) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()

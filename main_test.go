@@ -34,9 +34,9 @@ func TestMain(m *testing.M) {
 
 // testStore opens the database at path (migrating it when migrateUp is
 // set) and closes it when the test ends.
-func testStore(tb testing.TB, path string, migrateUp bool) *Store {
+func testStore(tb testing.TB, path string, migrateUp bool) *sqliteStore {
 	tb.Helper()
-	s, err := openStore(context.Background(), path, migrateUp, time.Now, defaultBusyTimeout)
+	s, err := openSQLite(context.Background(), path, migrateUp, time.Now, defaultBusyTimeout)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -787,7 +787,7 @@ func TestSchemaMatchesMigrations(t *testing.T) {
 }
 
 // schemaOf lists a database's tables, indexes and triggers, normalised.
-func schemaOf(t *testing.T, s *Store) string {
+func schemaOf(t *testing.T, s *sqliteStore) string {
 	t.Helper()
 	rows, err := s.r.Query(`SELECT type, name, coalesce(sql, '') FROM sqlite_schema
 		WHERE name NOT LIKE 'sqlite_%' AND name NOT IN ('schema_migrations', 'version_unique') ORDER BY type, name`)
@@ -909,7 +909,7 @@ func TestTooLargeListIsNotReadTwice(t *testing.T) {
 		}
 		return list
 	}
-	if _, err := s.CreateCategory(context.Background(), "small", "small", nil); err != nil {
+	if _, err := s.CreateCategory(context.Background(), Category{Name: "small"}, "small"); err != nil {
 		t.Fatal(err)
 	}
 	if list := get(); len(list) != 1 || h.cached.Load() == nil {
@@ -923,7 +923,7 @@ func TestTooLargeListIsNotReadTwice(t *testing.T) {
 	if list := get(); len(list) != 20001 || !h.tooLarge.Load() || h.cached.Load() != nil {
 		t.Fatalf("the large list: %d rows, too large %v, an old copy kept %v", len(list), h.tooLarge.Load(), h.cached.Load() != nil)
 	}
-	if _, err := s.CreateCategory(context.Background(), "last", "last", nil); err != nil {
+	if _, err := s.CreateCategory(context.Background(), Category{Name: "last"}, "last"); err != nil {
 		t.Fatal(err)
 	}
 	if list := get(); len(list) != 20002 || list[20001].Name != "last" {

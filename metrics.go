@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"net/http"
 	"runtime"
 	"strconv"
@@ -9,7 +8,6 @@ import (
 	"time"
 
 	vm "github.com/VictoriaMetrics/metrics"
-	"modernc.org/sqlite"
 )
 
 // serverMetrics are the server's metrics, served in the Prometheus text
@@ -31,7 +29,7 @@ type routeMetrics struct {
 	byStatus  map[int]*vm.Counter
 }
 
-func newServerMetrics(lim *limiter, store *Store) *serverMetrics {
+func newServerMetrics(lim *limiter, store Store) *serverMetrics {
 	set := vm.NewSet()
 	m := &serverMetrics{set: set, refusals: map[string]*vm.Counter{}, routes: map[string]*routeMetrics{}}
 	for _, reason := range []string{"rate_limited", "quota_exceeded", "key_banned"} {
@@ -39,9 +37,9 @@ func newServerMetrics(lim *limiter, store *Store) *serverMetrics {
 	}
 	m.bans = set.NewCounter("petstore_bans_total")
 	m.dbErrors = set.NewCounter("petstore_db_errors_total")
-	set.NewGauge("petstore_group_commit_batches_total", func() float64 { b, _ := store.group.stats(); return float64(b) })
-	set.NewGauge("petstore_group_commit_writes_total", func() float64 { _, w := store.group.stats(); return float64(w) })
-	set.NewGauge("petstore_category_list_reads_total", func() float64 { return float64(store.categoryListReads.Load()) })
+	set.NewGauge("petstore_group_commit_batches_total", func() float64 { return float64(store.Stats().Batches) })
+	set.NewGauge("petstore_group_commit_writes_total", func() float64 { return float64(store.Stats().Writes) })
+	set.NewGauge("petstore_category_list_reads_total", func() float64 { return float64(store.Stats().CategoryListReads) })
 	set.NewGauge("petstore_limiter_tracked_keys", func() float64 { return float64(lim.stats().keys) })
 	set.NewGauge("petstore_limiter_tracked_addrs", func() float64 { return float64(lim.stats().addrs) })
 	set.NewGauge(`petstore_build_info{version="`+buildVersion()+`",goversion="`+runtime.Version()+`"}`, func() float64 { return 1 })
@@ -109,12 +107,6 @@ func routeLabel(route string) string {
 		return "unmatched"
 	}
 	return route
-}
-
-// isDBError reports whether err came from the database.
-func isDBError(err error) bool {
-	var se *sqlite.Error
-	return errors.Is(err, errUnavailable) || errors.As(err, &se)
 }
 
 func handleMetrics(m *serverMetrics) http.Handler {

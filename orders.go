@@ -27,7 +27,7 @@ func (o newOrder) validate() *apiError {
 	return nil
 }
 
-func handleOrderCreate(store *Store) http.Handler {
+func handleOrderCreate(store Store) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var in newOrder
 		if err := decodeJSON(w, r, &in); err != nil {
@@ -38,7 +38,7 @@ func handleOrderCreate(store *Store) http.Handler {
 			writeError(w, r, verr)
 			return
 		}
-		o, err := store.CreateOrder(r.Context(), *in.PetID, *in.Quantity)
+		o, err := store.CreateOrder(r.Context(), Order{PetID: *in.PetID, Quantity: *in.Quantity, Status: "placed"})
 		if errors.Is(err, errNoReference) {
 			writeError(w, r, errorf("validation_failed", "petId %d does not name an existing pet", *in.PetID))
 			return
@@ -51,7 +51,7 @@ func handleOrderCreate(store *Store) http.Handler {
 	})
 }
 
-func handleOrderList(store *Store) http.Handler {
+func handleOrderList(store Store) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSONArray(w, r, func(fn func(Order) error) error { return store.EachOrder(r.Context(), fn) })
 	})

@@ -41,7 +41,7 @@ func (p newPet) validate() (Pet, *apiError) {
 	return Pet{Name: name, CategoryID: *p.CategoryID, Status: status}, nil
 }
 
-func handlePetCreate(store *Store) http.Handler {
+func handlePetCreate(store Store) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var in newPet
 		if err := decodeJSON(w, r, &in); err != nil {
@@ -66,7 +66,7 @@ func handlePetCreate(store *Store) http.Handler {
 	})
 }
 
-func handlePetList(store *Store) http.Handler {
+func handlePetList(store Store) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var f petFilter
 		q, err := parseQuery(r)
@@ -96,7 +96,7 @@ func handlePetList(store *Store) http.Handler {
 	})
 }
 
-func handlePetGet(store *Store) http.Handler {
+func handlePetGet(store Store) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, verr := positiveID("petId", r.PathValue("petId"))
 		if verr != nil {

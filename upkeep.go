@@ -16,7 +16,7 @@ const sweepEvery = 10
 // upkeep keeps a limiter's state in the store.
 type upkeep struct {
 	lim   rateLimiter
-	store *Store
+	store Store
 	bans  *banQueue
 	m     *serverMetrics
 	log   *slog.Logger

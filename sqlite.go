@@ -1,0 +1,292 @@
+// sqlite.go owns the SQLite store: checking the file, opening it with its
+// pragmas (one writer connection, a read pool), SQLite's errors, and the
+// chunked reads the lists share. Its queries are in sqlite_catalog.go and
+// sqlite_keys.go, its migrations in sqlite_migrate.go.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// sqliteStore is the Store on one SQLite file: one writer connection, a
+// small read pool.
+type sqliteStore struct {
+	path string
+	w    *sql.DB
+	r    *sql.DB
+	now  func() time.Time
+
+	// categoriesGen grows after every committed change to categories, so
+	// that a cached list knows when it is stale.
+	categoriesGen atomic.Uint64
+	// categoryListReads counts EachCategory calls: whole-list reads, for
+	// the metrics.
+	categoryListReads atomic.Uint64
+
+	// group commits the API's creates; the rest writes through w directly.
+	group *groupCommitter
+
+	insertCategory, insertPet, insertOrder *sql.Stmt
+}
+
+// sqliteHeader starts every SQLite 3 database file.
+const sqliteHeader = "SQLite format 3\x00"
+
+// defaultBusyTimeout is how long a statement waits for a lock another
+// connection or process holds before it fails (and the client gets a 503).
+const defaultBusyTimeout = 5 * time.Second
+
+// dsn returns the connection string for path. synchronous=FULL makes every
+// commit fsync the WAL before it returns, so an acknowledged write survives a
+// killed process and a power loss alike.
+func dsn(path string, readOnly bool, busy time.Duration) string {
+	q := "?_pragma=busy_timeout(" + strconv.FormatInt(busy.Milliseconds(), 10) + ")" +
+		"&_pragma=journal_mode(WAL)&_pragma=foreign_keys(ON)&_pragma=synchronous(FULL)&_txlock=immediate"
+	if readOnly {
+		q += "&_pragma=query_only(ON)"
+	}
+	return path + q
+}
+
+// checkDatabaseFile fails with a clear message when path cannot hold the
+// database: a missing directory, a file that is not SQLite (never
+// overwritten), or a file or directory this process may not write. When
+// create is set, a missing file is created with mode 0600. The command
+// line has refused the paths SQLite would read otherwise (checkDBPath).
+func checkDatabaseFile(path string, create bool) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		if !create {
+			return fmt.Errorf("database %s does not exist", path)
+		}
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			return checkDatabaseFile(path, false) // another process created it just now
+		}
+		if err != nil {
+			return fmt.Errorf("cannot create database %s: %w", path, unwrapPathError(err))
+		}
+		return f.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("cannot open database %s for writing: %w", path, unwrapPathError(err))
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
+		return fmt.Errorf("database %s is not a regular file", path)
+	}
+	head := make([]byte, len(sqliteHeader))
+	n, err := io.ReadFull(f, head)
+	switch {
+	case n == 0 && (err == io.EOF):
+		return nil // an empty file is an empty database to SQLite
+	case err != nil && !errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("cannot read database %s: %w", path, unwrapPathError(err))
+	case string(head[:n]) != sqliteHeader:
+		return fmt.Errorf("%s is not a SQLite database; refusing to touch it", path)
+	}
+	// SQLite also writes path-wal and path-shm beside the file.
+	dir := filepath.Dir(path)
+	if err := unix.Access(dir, unix.W_OK); err != nil {
+		return fmt.Errorf("directory %s is not writable: %w", dir, err)
+	}
+	return nil
+}
+
+func unwrapPathError(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// openSQLite opens the database at path. With migrateUp it creates a missing
+// file and applies pending migrations, refusing a database whose schema is
+// newer than this binary knows; without, the file must exist and its schema
+// is taken as it is.
+func openSQLite(ctx context.Context, path string, migrateUp bool, now func() time.Time, busy time.Duration) (*sqliteStore, error) {
+	if err := checkDatabaseFile(path, migrateUp); err != nil {
+		return nil, err
+	}
+	if migrateUp {
+		if err := migrateDatabase(path, busy); err != nil {
+			return nil, err
+		}
+	}
+	w, err := sql.Open("sqlite", dsn(path, false, busy))
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	var mode string
+	if err := w.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open database %s: %w", path, describe(err))
+	}
+	if mode != "wal" {
+		w.Close()
+		return nil, fmt.Errorf("open database %s: journal_mode is %q, want wal", path, mode)
+	}
+	r, err := sql.Open("sqlite", dsn(path, true, busy))
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	r.SetMaxOpenConns(4)
+	r.SetMaxIdleConns(4)
+	r.SetConnMaxIdleTime(0)
+	s := &sqliteStore{path: path, w: w, r: r, now: now, group: newGroupCommitter(w)}
+	for _, p := range []struct {
+		stmt **sql.Stmt
+		sql  string
+	}{
+		{&s.insertCategory, "INSERT INTO categories (name, fold, description) VALUES (?, ?, ?)"},
+		{&s.insertPet, "INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?)"},
+		{&s.insertOrder, "INSERT INTO orders (pet_id, quantity, status, created_at) VALUES (?, ?, ?, ?)"},
+	} {
+		if *p.stmt, err = w.PrepareContext(ctx, p.sql); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("prepare: %w", describe(err))
+		}
+	}
+	return s, nil
+}
+
+// Close closes both pools; SQLite checkpoints the WAL into the main file
+// when the last connection to it closes.
+func (s *sqliteStore) Close() error {
+	s.group.close()
+	return errors.Join(s.r.Close(), s.w.Close())
+}
+
+// Checkpoint copies the WAL into the database file and truncates it, so
+// that the file alone is a complete copy.
+func (s *sqliteStore) Checkpoint(ctx context.Context) error {
+	if _, err := s.w.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+		return fmt.Errorf("checkpoint: %w", describe(err))
+	}
+	return nil
+}
+
+// Ready reports whether the database answers a query.
+func (s *sqliteStore) Ready(ctx context.Context) error {
+	var n int
+	if err := s.r.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&n); err != nil {
+		return fmt.Errorf("ready: %w", describe(err))
+	}
+	return nil
+}
+
+// Stats returns counts of the store's work since it was opened.
+func (s *sqliteStore) Stats() storeStats {
+	batches, writes := s.group.stats()
+	return storeStats{Batches: batches, Writes: writes, CategoryListReads: s.categoryListReads.Load()}
+}
+
+// describe maps SQLite's transient and storage errors (busy, locked, full
+// disk, read-only file, I/O) to errUnavailable, keeping the cause.
+func describe(err error) error {
+	var se *sqlite.Error
+	if !errors.As(err, &se) || errors.Is(err, errUnavailable) {
+		return err // not SQLite's, or described already
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY,
+		sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PROTOCOL:
+		return fmt.Errorf("%w: %w", errUnavailable, err)
+	}
+	return err
+}
+
+// isUniqueViolation reports whether err is a UNIQUE constraint failure.
+func isUniqueViolation(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE
+}
+
+// isSQLiteError reports whether err came from SQLite.
+func isSQLiteError(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se)
+}
+
+// isForeignKeyViolation reports whether err is a FOREIGN KEY constraint failure.
+func isForeignKeyViolation(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
+}
+
+// listChunk is how many rows eachChunk reads at a time.
+const listChunk = 1000
+
+// eachChunk calls fn with every row of query, in ascending id order, reading
+// listChunk rows at a time: query's last two parameters are the id to start
+// after and the number of rows, and idOf gives a row's id. Each chunk is read
+// whole and its connection given back to the read pool before fn sees any
+// of it, so that a slow client, to whom fn writes, holds none of the pool's
+// four connections (four such clients used to stall every read, /readyz
+// included, for up to the write timeout). Rows are never deleted and ids
+// only grow, so the chunks, each read in its own transaction, add up to the
+// list with every row once, and perhaps rows created meanwhile at its end.
+func eachChunk[T any](ctx context.Context, db *sql.DB, what string, scan func(*sql.Rows) (T, error), idOf func(T) int64, fn func(T) error, query string, args ...any) error {
+	chunk := make([]T, 0, listChunk)
+	after := int64(0)
+	for {
+		chunk = chunk[:0]
+		err := each(ctx, db, what, scan, func(v T) error { chunk = append(chunk, v); return nil },
+			query, append(args, after, listChunk)...)
+		if err != nil {
+			return err
+		}
+		for _, v := range chunk {
+			if err := fn(v); err != nil {
+				return err
+			}
+		}
+		if len(chunk) < listChunk {
+			return nil
+		}
+		after = idOf(chunk[len(chunk)-1])
+	}
+}
+
+// each runs query on the read pool and calls fn with every row that scan
+// reads, stopping at fn's first error. what names the query in errors.
+func each[T any](ctx context.Context, db *sql.DB, what string, scan func(*sql.Rows) (T, error), fn func(T) error, query string, args ...any) error {
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, describe(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, describe(err))
+		}
+		if err := fn(v); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, describe(err))
+	}
+	return nil
+}

@@ -1,0 +1,148 @@
+// sqlite_keys.go owns SQLite's queries of the API keys (their bans
+// included) and of the day counts.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+const keyColumns = "id, hash, name, plan, rpm, rpd, env, created_at, revoked_at IS NOT NULL, banned_until, seq"
+
+func scanKey(sc interface{ Scan(...any) error }) (apiKey, error) {
+	var k apiKey
+	var hash []byte
+	var rpm, rpd sql.NullInt64
+	var created string
+	var banned sql.NullString
+	if err := sc.Scan(&k.ID, &hash, &k.Name, &k.Plan, &rpm, &rpd, &k.Env, &created, &k.Revoked, &banned, &k.seq); err != nil {
+		return k, err
+	}
+	copy(k.Hash[:], hash)
+	k.RPM, k.RPD = rpm.Int64, rpd.Int64
+	k.CreatedAt, _ = time.Parse(time.RFC3339, created)
+	if banned.Valid {
+		k.BannedUntil, _ = time.Parse(time.RFC3339, banned.String)
+	}
+	return k, nil
+}
+
+// nextSeq is the expression that stamps a changed api_keys row.
+const nextSeq = "(SELECT coalesce(max(seq), 0) + 1 FROM api_keys)"
+
+func (s *sqliteStore) CreateKey(ctx context.Context, hash [32]byte, name, planName string, rpm, rpd int64, env string) (apiKey, error) {
+	var lim [2]any
+	if planName == "enterprise" {
+		lim = [2]any{rpm, rpd}
+	}
+	created := s.now().UTC().Format(time.RFC3339)
+	row := s.w.QueryRowContext(ctx,
+		"INSERT INTO api_keys (hash, name, plan, rpm, rpd, env, created_at, seq) VALUES (?, ?, ?, ?, ?, ?, ?, "+nextSeq+") RETURNING "+keyColumns,
+		hash[:], name, planName, lim[0], lim[1], env, created)
+	k, err := scanKey(row)
+	if err != nil {
+		return apiKey{}, fmt.Errorf("insert key: %w", describe(err))
+	}
+	return k, nil
+}
+
+func (s *sqliteStore) KeysSince(ctx context.Context, seq int64) ([]apiKey, error) {
+	rows, err := s.r.QueryContext(ctx, "SELECT "+keyColumns+" FROM api_keys WHERE seq > ? ORDER BY id", seq)
+	if err != nil {
+		return nil, fmt.Errorf("list keys: %w", describe(err))
+	}
+	defer rows.Close()
+	var keys []apiKey
+	for rows.Next() {
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list keys: %w", describe(err))
+		}
+		keys = append(keys, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list keys: %w", describe(err))
+	}
+	return keys, nil
+}
+
+func (s *sqliteStore) HasKeys(ctx context.Context) (bool, error) {
+	var n int
+	if err := s.w.QueryRowContext(ctx, "SELECT count(*) FROM (SELECT 1 FROM api_keys LIMIT 1)").Scan(&n); err != nil {
+		return false, fmt.Errorf("count keys: %w", describe(err))
+	}
+	return n > 0, nil
+}
+
+func (s *sqliteStore) RevokeKey(ctx context.Context, id int64) error {
+	return s.updateKey(ctx, id, "revoked_at = coalesce(revoked_at, ?)", s.now().UTC().Format(time.RFC3339))
+}
+
+// SetKeyBan stores the ban's end to the nanosecond (RFC 3339), so that
+// waiting out its Retry-After is enough after a restart too.
+func (s *sqliteStore) SetKeyBan(ctx context.Context, id int64, until time.Time) error {
+	var v any
+	if !until.IsZero() {
+		v = until.UTC().Format(time.RFC3339Nano)
+	}
+	return s.updateKey(ctx, id, "banned_until = ?", v)
+}
+
+func (s *sqliteStore) updateKey(ctx context.Context, id int64, set string, arg any) error {
+	res, err := s.w.ExecContext(ctx, "UPDATE api_keys SET "+set+", seq = "+nextSeq+" WHERE id = ?", arg, id)
+	if err != nil {
+		return fmt.Errorf("update key %d: %w", id, describe(err))
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("update key %d: %w", id, err)
+	} else if n == 0 {
+		return errNotFound
+	}
+	return nil
+}
+
+func (s *sqliteStore) DayCounts(ctx context.Context, day string) (map[int64]int64, error) {
+	rows, err := s.r.QueryContext(ctx, "SELECT key_id, count FROM usage WHERE day = ?", day)
+	if err != nil {
+		return nil, fmt.Errorf("read day counts: %w", describe(err))
+	}
+	defer rows.Close()
+	counts := map[int64]int64{}
+	for rows.Next() {
+		var id, n int64
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, fmt.Errorf("read day counts: %w", describe(err))
+		}
+		counts[id] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read day counts: %w", describe(err))
+	}
+	return counts, nil
+}
+
+// AddDayCounts writes all deltas in one transaction.
+func (s *sqliteStore) AddDayCounts(ctx context.Context, deltas []dayDelta) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("add day counts: %w", describe(err))
+	}
+	defer tx.Rollback()
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO usage (key_id, day, count) VALUES (?, ?, ?)
+		ON CONFLICT (key_id, day) DO UPDATE SET count = count + excluded.count`)
+	if err != nil {
+		return fmt.Errorf("add day counts: %w", describe(err))
+	}
+	defer stmt.Close()
+	for _, d := range deltas {
+		if _, err := stmt.ExecContext(ctx, d.KeyID, d.Day, d.N); err != nil {
+			return fmt.Errorf("add day counts: %w", describe(err))
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("add day counts: %w", describe(err))
+	}
+	return nil
+}
