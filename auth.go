@@ -142,9 +142,9 @@ func (kr *keyring) watch(ctx context.Context, interval time.Duration, log *slog.
 	}
 }
 
-// authenticate returns the usable key that r's Authorization header
-// carries, or nil.
-func (kr *keyring) authenticate(r *http.Request) *apiKey {
+// keyOf returns the usable key that r's Authorization header carries, or
+// nil.
+func (kr *keyring) keyOf(r *http.Request) *apiKey {
 	token, ok := bearerToken(r.Header.Get("Authorization"))
 	if !ok {
 		return nil
@@ -167,13 +167,41 @@ func (kr *keyring) lookup(key string) *apiKey {
 var errUnauthorized = &apiError{Status: http.StatusUnauthorized, Code: "unauthorized",
 	Message: "a valid API key is required: send Authorization: Bearer <key>"}
 
-// requireKey lets a request through to next only when limitRequests found
-// a usable key in it and noted the key's id on the request log's recorder
-// (no id, or no recorder at all, is a 401). Every failure gets the same
+// authenticate resolves the key of every request under /v1/, once, and
+// hands it on in the request's state, where the limiter, requireKey, the
+// handlers and the log read it. It refuses nothing: a request without a
+// usable key is limited by its address, then refused by requireKey.
+func authenticate(keys *keyring) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if isAPIPath(r.URL.Path) {
+				if k := keys.keyOf(r); k != nil {
+					st := stateOf(r)
+					if st == nil { // no log layer made one
+						st = &reqState{}
+						r = withState(r, st)
+					}
+					st.key = k
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// isAPIPath reports whether p is under /v1, where requests are
+// authenticated and limited.
+func isAPIPath(p string) bool {
+	return p == "/v1" || strings.HasPrefix(p, "/v1/")
+}
+
+// requireKey lets a request through to next only when authenticate found a
+// usable key in it: a request without a state, or whose state has no key,
+// is a 401, whatever wraps the ResponseWriter. Every failure gets the same
 // answer, so that it reveals nothing about which keys exist.
 func requireKey(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if rec := recorderOf(w); rec == nil || rec.keyID == 0 {
+		if st := stateOf(r); st == nil || st.key == nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="petstore"`)
 			writeError(w, r, errUnauthorized)
 			return

@@ -2,6 +2,9 @@ package main
 
 import (
 	"crypto/sha256"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -81,5 +84,80 @@ func TestHashKeyDoesNotAllocate(t *testing.T) {
 	}
 	if hashKey(key) != sha256.Sum256([]byte(key)) {
 		t.Error("hashKey is not the SHA-256 of the key")
+	}
+}
+
+// writerWrapper is a layer that wraps the ResponseWriter, as a compressing
+// or tracing middleware would.
+type writerWrapper struct{ http.ResponseWriter }
+
+// TestRequireKeyWhateverWrapsTheWriter checks that a request without a
+// usable key never reaches a handler behind requireKey, however the
+// ResponseWriter is wrapped: requireKey reads the key that authenticate
+// put in the request's state, never anything of the writer.
+func TestRequireKeyWhateverWrapsTheWriter(t *testing.T) {
+	reached := false
+	h := requireKey(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached = true
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	writers := map[string]func(http.ResponseWriter) http.ResponseWriter{
+		"bare":                 func(w http.ResponseWriter) http.ResponseWriter { return w },
+		"log recorder":         func(w http.ResponseWriter) http.ResponseWriter { return &recorder{ResponseWriter: w} },
+		"recorder with status": func(w http.ResponseWriter) http.ResponseWriter { return &recorder{ResponseWriter: w, status: 200} },
+		"foreign wrapper":      func(w http.ResponseWriter) http.ResponseWriter { return writerWrapper{w} },
+		"wrapped recorder":     func(w http.ResponseWriter) http.ResponseWriter { return writerWrapper{&recorder{ResponseWriter: w}} },
+	}
+	key := &apiKey{ID: 7, Plan: "free", Env: "production"}
+	requests := map[string]struct {
+		state *reqState
+		want  int
+	}{
+		"no state":          {nil, http.StatusUnauthorized},
+		"state without key": {&reqState{}, http.StatusUnauthorized},
+		"state with a key":  {&reqState{key: key}, http.StatusNoContent},
+	}
+	for wname, wrap := range writers {
+		for rname, tt := range requests {
+			reached = false
+			r := httptest.NewRequest("GET", "/v1/categories", nil)
+			r.Header.Set("Authorization", "Bearer ps_live_"+strings.Repeat("a", 40))
+			if tt.state != nil {
+				r = withState(r, tt.state)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(wrap(w), r)
+			if w.Code != tt.want || reached != (tt.want == http.StatusNoContent) {
+				t.Errorf("%s, %s: status %d, handler reached %v; want %d", wname, rname, w.Code, reached, tt.want)
+			}
+			if tt.want == http.StatusUnauthorized && w.Header().Get("WWW-Authenticate") == "" {
+				t.Errorf("%s, %s: a 401 without WWW-Authenticate", wname, rname)
+			}
+		}
+	}
+
+	// The same through the whole API, behind a layer that wraps the writer
+	// before the chain sees it: only the valid key gets past requireKey.
+	api, secret, _ := benchServer(t)
+	outer := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { api.ServeHTTP(writerWrapper{w}, r) })
+	for _, auth := range []string{"", "Bearer", "Bearer " + secret + "x", "Bearer " + strings.Replace(secret, "ps_live_", "ps_test_", 1), "Basic " + secret, "Bearer " + secret} {
+		for _, target := range []struct{ method, path, body string }{
+			{"GET", "/v1/categories", ""},
+			{"POST", "/v1/categories", `{"name":"wrapped ` + strconv.Itoa(len(auth)) + `"}`},
+			{"GET", "/v1/pets", ""},
+			{"GET", "/v1/store/orders", ""},
+		} {
+			r := httptest.NewRequest(target.method, target.path, strings.NewReader(target.body))
+			r.Header.Set("Content-Type", "application/json")
+			if auth != "" {
+				r.Header.Set("Authorization", auth)
+			}
+			w := httptest.NewRecorder()
+			outer.ServeHTTP(w, r)
+			valid := auth == "Bearer "+secret
+			if valid && w.Code/100 != 2 || !valid && (w.Code != http.StatusUnauthorized || !strings.Contains(w.Body.String(), `"unauthorized"`)) {
+				t.Errorf("%s %s with %q (valid %v): %d %s", target.method, target.path, auth, valid, w.Code, w.Body.String())
+			}
+		}
 	}
 }

@@ -16,7 +16,7 @@ import (
 // benchServer is the whole API handler, as newServer builds it for serve,
 // on a temp database with 100 categories and a key whose limits refuse
 // nothing. Logs go to io.Discard.
-func benchServer(b *testing.B) (http.Handler, string, *sqliteStore) {
+func benchServer(b testing.TB) (http.Handler, string, *sqliteStore) {
 	b.Helper()
 	store := testStore(b, filepath.Join(b.TempDir(), "bench.db"), true)
 	b.Cleanup(func() { store.Close() })

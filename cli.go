@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,12 +10,8 @@ import (
 	"net"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
-	"unicode"
-	"unicode/utf8"
 )
 
 // usageError is a mistake in the command line: exit code 2.
@@ -167,34 +162,35 @@ func checkEnv(env string) error {
 	return nil
 }
 
-func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("serve")
-	var cfg serveConfig
-	fs.StringVar(&cfg.db, "db", "petstore.db", "path of the SQLite database `file`")
-	fs.StringVar(&cfg.addr, "addr", ":8080", "`host:port` to listen on")
-	fs.StringVar(&cfg.env, "env", "production", "environment: production or staging; only its keys are accepted")
-	fs.StringVar(&cfg.publicURL, "public-url", "http://localhost:8080/v1", "the base `URL` clients use, advertised in the OpenAPI document")
-	fs.StringVar(&cfg.adminAddr, "admin-addr", "127.0.0.1:9090", "`host:port` of the admin listener (metrics, health); empty or off turns it off")
-	fs.BoolVar(&cfg.trustProxy, "trust-proxy", false, "take the client address from the last X-Forwarded-For entry")
-	fs.Int64Var(&cfg.anonRPM, "anon-rpm", 60, "requests per minute for each client address without a valid key")
-	fs.IntVar(&cfg.maxAddrs, "max-addrs", 100_000, "client addresses whose rate limits are tracked at most")
-	fs.Int64Var(&cfg.banThreshold, "ban-threshold", 60, "refused requests within a minute that get a key banned")
-	fs.DurationVar(&cfg.banDuration, "ban-duration", 15*time.Minute, "how long a ban lasts")
-	cfg.petsDeprecatedAt = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	cfg.petsSunsetAt = time.Date(2027, 7, 1, 0, 0, 0, 0, time.UTC)
-	fs.Var((*dateFlag)(&cfg.petsDeprecatedAt), "pets-deprecated-at", "when GET /v1/pets/{petId} was deprecated: YYYY-MM-DD (00:00 UTC) or RFC 3339")
-	fs.Var((*dateFlag)(&cfg.petsSunsetAt), "pets-sunset-at", "when GET /v1/pets/{petId} stops working (410): YYYY-MM-DD (00:00 UTC) or RFC 3339")
-	fs.DurationVar(&cfg.busyTimeout, "busy-timeout", defaultBusyTimeout, "how long a write waits for a database locked by another process before it answers 503")
-	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long requests in flight may take to finish on SIGTERM")
-	fs.DurationVar(&cfg.readHeaderTimeout, "read-header-timeout", 5*time.Second, "how long a client may take to send its request headers")
-	fs.DurationVar(&cfg.readTimeout, "read-timeout", 30*time.Second, "how long a client may take to send a whole request")
-	fs.DurationVar(&cfg.writeTimeout, "write-timeout", 60*time.Second, "how long writing a response may take")
-	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle keep-alive connection stays open")
-	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
-	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
-	if _, err := parseFlags(fs, args, getenv, stdout, 0); err != nil {
-		return helpIsNoError(err)
-	}
+// serveConfig is the configuration of the serve command.
+type serveConfig struct {
+	db               string
+	addr             string
+	adminAddr        string
+	env              string
+	publicURL        string
+	trustProxy       bool
+	anonRPM          int64
+	maxAddrs         int
+	banThreshold     int64
+	banDuration      time.Duration
+	petsDeprecatedAt time.Time
+	petsSunsetAt     time.Time
+
+	busyTimeout       time.Duration
+	shutdownTimeout   time.Duration
+	readHeaderTimeout time.Duration
+	readTimeout       time.Duration
+	writeTimeout      time.Duration
+	idleTimeout       time.Duration
+	logFormat         string
+	logLevel          slog.Level
+}
+
+// validate checks the configuration as the flags gave it, naming the first
+// bad value in a usage error, and normalises what has two spellings (an
+// --admin-addr of off, a --public-url with a trailing slash).
+func (cfg *serveConfig) validate() error {
 	if err := checkEnv(cfg.env); err != nil {
 		return err
 	}
@@ -238,6 +234,40 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	// slash would make "//categories", which is a 404 here.
 	cfg.publicURL = strings.TrimRight(cfg.publicURL, "/")
 	if err := checkDBPath(cfg.db); err != nil {
+		return err
+	}
+	return nil
+}
+
+func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("serve")
+	var cfg serveConfig
+	fs.StringVar(&cfg.db, "db", "petstore.db", "path of the SQLite database `file`")
+	fs.StringVar(&cfg.addr, "addr", ":8080", "`host:port` to listen on")
+	fs.StringVar(&cfg.env, "env", "production", "environment: production or staging; only its keys are accepted")
+	fs.StringVar(&cfg.publicURL, "public-url", "http://localhost:8080/v1", "the base `URL` clients use, advertised in the OpenAPI document")
+	fs.StringVar(&cfg.adminAddr, "admin-addr", "127.0.0.1:9090", "`host:port` of the admin listener (metrics, health); empty or off turns it off")
+	fs.BoolVar(&cfg.trustProxy, "trust-proxy", false, "take the client address from the last X-Forwarded-For entry")
+	fs.Int64Var(&cfg.anonRPM, "anon-rpm", 60, "requests per minute for each client address without a valid key")
+	fs.IntVar(&cfg.maxAddrs, "max-addrs", 100_000, "client addresses whose rate limits are tracked at most")
+	fs.Int64Var(&cfg.banThreshold, "ban-threshold", 60, "refused requests within a minute that get a key banned")
+	fs.DurationVar(&cfg.banDuration, "ban-duration", 15*time.Minute, "how long a ban lasts")
+	cfg.petsDeprecatedAt = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cfg.petsSunsetAt = time.Date(2027, 7, 1, 0, 0, 0, 0, time.UTC)
+	fs.Var((*dateFlag)(&cfg.petsDeprecatedAt), "pets-deprecated-at", "when GET /v1/pets/{petId} was deprecated: YYYY-MM-DD (00:00 UTC) or RFC 3339")
+	fs.Var((*dateFlag)(&cfg.petsSunsetAt), "pets-sunset-at", "when GET /v1/pets/{petId} stops working (410): YYYY-MM-DD (00:00 UTC) or RFC 3339")
+	fs.DurationVar(&cfg.busyTimeout, "busy-timeout", defaultBusyTimeout, "how long a write waits for a database locked by another process before it answers 503")
+	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long requests in flight may take to finish on SIGTERM")
+	fs.DurationVar(&cfg.readHeaderTimeout, "read-header-timeout", 5*time.Second, "how long a client may take to send its request headers")
+	fs.DurationVar(&cfg.readTimeout, "read-timeout", 30*time.Second, "how long a client may take to send a whole request")
+	fs.DurationVar(&cfg.writeTimeout, "write-timeout", 60*time.Second, "how long writing a response may take")
+	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle keep-alive connection stays open")
+	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
+	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	if _, err := parseFlags(fs, args, getenv, stdout, 0); err != nil {
+		return helpIsNoError(err)
+	}
+	if err := cfg.validate(); err != nil {
 		return err
 	}
 	return serve(ctx, cfg, stderr)
@@ -317,199 +347,4 @@ func runBackup(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	fmt.Fprintf(stdout, "backed up %s to %s\n", *db, pos[0])
 	return nil
-}
-
-func runKeys(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usagef("keys: want a subcommand: create, list, revoke or unban")
-	}
-	sub, args := args[0], args[1:]
-	if sub == "-h" || sub == "-help" || sub == "--help" || sub == "help" {
-		fmt.Fprint(stdout, "usage: petstore keys create|list|revoke|unban [flags]\n"+
-			"petstore keys SUBCOMMAND -h lists a subcommand's flags.\n")
-		return nil
-	}
-	fs := newFlagSet("keys " + sub)
-	db := dbFlag(fs)
-	switch sub {
-	case "create":
-		planName := fs.String("plan", "", "the key's plan: free, pro, business or enterprise (required)")
-		name := fs.String("name", "", "a `name` to recognise the key by")
-		rpm := fs.Int64("rpm", 0, "requests per minute (enterprise only, required there)")
-		rpd := fs.Int64("rpd", 0, "requests per day (enterprise only, required there)")
-		env := fs.String("env", "production", "the key's environment: production or staging")
-		asJSON := fs.Bool("json", false, "print a JSON object instead of the key alone")
-		if _, err := parseFlags(fs, args, getenv, stdout, 0); err != nil {
-			return helpIsNoError(err)
-		}
-		if err := checkKeyPlan(fs, *planName, *rpm, *rpd, *env); err != nil {
-			return err
-		}
-		if utf8.RuneCountInString(*name) > maxNameLen || !utf8.ValidString(*name) || strings.IndexFunc(*name, unicode.IsControl) >= 0 {
-			return usagef("keys create: --name must be at most %d characters of UTF-8 without control characters", maxNameLen)
-		}
-		return withStore(ctx, *db, func(s Store) error {
-			return keysCreate(ctx, s, *planName, *name, *rpm, *rpd, *env, *asJSON, stdout, stderr)
-		})
-	case "list":
-		asJSON := fs.Bool("json", false, "print a JSON array")
-		if _, err := parseFlags(fs, args, getenv, stdout, 0); err != nil {
-			return helpIsNoError(err)
-		}
-		if err := mustExist(*db); err != nil {
-			return err
-		}
-		return withStore(ctx, *db, func(s Store) error { return keysList(ctx, s, *asJSON, stdout) })
-	case "revoke", "unban":
-		pos, err := parseFlags(fs, args, getenv, stdout, 1)
-		if err != nil {
-			return helpIsNoError(err)
-		}
-		id, err := strconv.ParseInt(pos[0], 10, 64)
-		if err != nil || id <= 0 {
-			return usagef("keys %s: ID must be a positive integer, got %q", sub, pos[0])
-		}
-		if err := mustExist(*db); err != nil {
-			return err
-		}
-		return withStore(ctx, *db, func(s Store) error {
-			if sub == "revoke" {
-				err = s.RevokeKey(ctx, id)
-			} else {
-				err = s.SetKeyBan(ctx, id, time.Time{})
-			}
-			if errors.Is(err, errNotFound) {
-				return fmt.Errorf("keys %s: no key with id %d", sub, id)
-			}
-			if err == nil {
-				fmt.Fprintf(stdout, "key %d %s\n", id, map[string]string{"revoke": "revoked", "unban": "unbanned"}[sub])
-			}
-			return err
-		})
-	}
-	return usagef("keys: unknown subcommand %q: want create, list, revoke or unban", sub)
-}
-
-// mustExist fails when the database at path does not exist: only keys
-// create (like serve and migrate) starts a new one.
-func mustExist(path string) error {
-	if err := checkDBPath(path); err != nil {
-		return err
-	}
-	return checkDatabaseFile(path, false)
-}
-
-// withStore runs do on the migrated database at path, then closes it.
-func withStore(ctx context.Context, path string, do func(Store) error) error {
-	if err := checkDBPath(path); err != nil {
-		return err
-	}
-	store, err := openStore(ctx, path, true, time.Now, defaultBusyTimeout)
-	if err != nil {
-		return err
-	}
-	return errors.Join(do(store), store.Close())
-}
-
-// checkKeyPlan checks the flags of keys create: a known plan, and --rpm and
-// --rpd with enterprise only.
-func checkKeyPlan(fs *flag.FlagSet, planName string, rpm, rpd int64, env string) error {
-	if planName == "" {
-		return usagef("keys create: --plan is required: free, pro, business or enterprise")
-	}
-	if _, ok := planByName(planName); !ok {
-		return usagef("keys create: unknown plan %q: want free, pro, business or enterprise", planName)
-	}
-	// Visit sees values from the environment too: Set marks them as given.
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	if planName == "enterprise" {
-		if !given["rpm"] || !given["rpd"] {
-			return usagef("keys create: --rpm and --rpd are required with --plan enterprise")
-		}
-		if rpm <= 0 || rpd <= 0 {
-			return usagef("keys create: --rpm and --rpd must be positive")
-		}
-		if rpm > limMaxRPM {
-			return usagef("keys create: --rpm must be at most %d, got %d", limMaxRPM, rpm)
-		}
-	} else if given["rpm"] || given["rpd"] {
-		return usagef("keys create: --rpm and --rpd are only for --plan enterprise; %s has fixed limits", planName)
-	}
-	return checkEnv(env)
-}
-
-// keyView is a key as the keys commands print it; Key, the secret, is
-// set only by keys create.
-type keyView struct {
-	ID        int64     `json:"id"`
-	Key       string    `json:"key,omitempty"`
-	Name      string    `json:"name"`
-	Plan      string    `json:"plan"`
-	RPM       int64     `json:"rpm"`
-	RPD       int64     `json:"rpd"`
-	Env       string    `json:"env"`
-	CreatedAt time.Time `json:"createdAt"`
-}
-
-// keyListView is a key as keys list --json prints it.
-type keyListView struct {
-	keyView
-	Revoked     bool       `json:"revoked"`
-	BannedUntil *time.Time `json:"bannedUntil"`
-}
-
-func viewKey(k apiKey) keyView {
-	rpm, rpd := planLimits(k.Plan, k.RPM, k.RPD)
-	return keyView{ID: k.ID, Name: k.Name, Plan: k.Plan, RPM: rpm, RPD: rpd, Env: k.Env, CreatedAt: k.CreatedAt.UTC()}
-}
-
-func keysCreate(ctx context.Context, s Store, planName, name string, rpm, rpd int64, env string, asJSON bool, stdout, stderr io.Writer) error {
-	secret := newKeySecret(env)
-	k, err := s.CreateKey(ctx, hashKey(secret), name, planName, rpm, rpd, env)
-	if err != nil {
-		return err
-	}
-	v := viewKey(k)
-	if asJSON {
-		v.Key = secret
-		return json.NewEncoder(stdout).Encode(v)
-	}
-	fmt.Fprintf(stderr, "created key %d: %s plan, %d/min, %d/day, %s; the key is shown only this once\n", v.ID, v.Plan, v.RPM, v.RPD, v.Env)
-	_, err = fmt.Fprintln(stdout, secret)
-	return err
-}
-
-func keysList(ctx context.Context, s Store, asJSON bool, stdout io.Writer) error {
-	keys, err := s.KeysSince(ctx, -1)
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		views := make([]keyListView, 0, len(keys))
-		for _, k := range keys {
-			v := keyListView{keyView: viewKey(k), Revoked: k.Revoked}
-			if !k.BannedUntil.IsZero() {
-				until := k.BannedUntil.UTC()
-				v.BannedUntil = &until
-			}
-			views = append(views, v)
-		}
-		return json.NewEncoder(stdout).Encode(views)
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tPLAN\tPER MIN\tPER DAY\tENV\tCREATED\tSTATE")
-	now := time.Now()
-	for _, k := range keys {
-		state := "active"
-		switch {
-		case k.Revoked:
-			state = "revoked"
-		case k.BannedUntil.After(now):
-			state = "banned until " + k.BannedUntil.UTC().Format(time.RFC3339)
-		}
-		v := viewKey(k)
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", v.ID, v.Name, v.Plan, v.RPM, v.RPD, v.Env, v.CreatedAt.Format(time.RFC3339), state)
-	}
-	return tw.Flush()
 }

@@ -61,19 +61,12 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.As(err, &ae):
 	case errors.Is(err, errUnavailable):
-		noteError(w, err)
+		noteError(r, err)
 		w.Header().Set("Retry-After", retryAfterUnavailable)
 		ae = errorf("unavailable", "the database is busy or cannot be written; retry later")
 	default:
-		noteError(w, err)
+		noteError(r, err)
 		ae = errorf("internal_error", "internal error; the request id is in the X-Request-Id header")
 	}
 	writeJSON(w, ae.Status, ae)
-}
-
-// noteError hands err to the request log, if there is one.
-func noteError(w http.ResponseWriter, err error) {
-	if rec := recorderOf(w); rec != nil {
-		rec.err = err
-	}
 }

@@ -78,7 +78,7 @@ func writeJSONArray[T any](w http.ResponseWriter, r *http.Request, iterate func(
 	case err != nil:
 		// The status is sent: cut the array short so the client sees
 		// invalid JSON rather than a complete-looking list.
-		noteError(w, err)
+		noteError(r, err)
 		bw.Flush()
 		panic(http.ErrAbortHandler)
 	case bw == nil:

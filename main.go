@@ -1,10 +1,13 @@
 // Command petstore is the pet store API server: one static binary, one
 // SQLite file.
+//
+// main.go owns the process: main and its exit codes, and serve, which
+// starts the server, runs its background work and stops it gracefully.
+// docs/design.md has a map of the other files.
 package main
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -13,9 +16,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -53,31 +54,6 @@ func exitCode(err error, stderr io.Writer) int {
 		return 2
 	}
 	return 1
-}
-
-// serveConfig is the configuration of the serve command.
-type serveConfig struct {
-	db               string
-	addr             string
-	adminAddr        string
-	env              string
-	publicURL        string
-	trustProxy       bool
-	anonRPM          int64
-	maxAddrs         int
-	banThreshold     int64
-	banDuration      time.Duration
-	petsDeprecatedAt time.Time
-	petsSunsetAt     time.Time
-
-	busyTimeout       time.Duration
-	shutdownTimeout   time.Duration
-	readHeaderTimeout time.Duration
-	readTimeout       time.Duration
-	writeTimeout      time.Duration
-	idleTimeout       time.Duration
-	logFormat         string
-	logLevel          slog.Level
 }
 
 // serve runs the API server until ctx ends, then shuts it down gracefully.
@@ -140,7 +116,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 			return fmt.Errorf("listen on %s (--admin-addr): %w", cfg.adminAddr, unwrapOpError(err))
 		}
 		defer aln.Close()
-		servers = append(servers, newHTTPServer(withRequestID(newAdminServer(store, metrics, cfg)), cfg, logger))
+		servers = append(servers, newHTTPServer(newAdminServer(store, metrics, cfg), cfg, logger))
 		listeners = append(listeners, aln)
 	}
 	if err := createFirstKey(ctx, store, keys, cfg.env, stderr); err != nil {
@@ -236,262 +212,4 @@ func createFirstKey(ctx context.Context, store Store, keys *keyring, env string,
 	fmt.Fprintf(stderr, "petstore: the database had no API keys, so this free %s key (id %d) was created.\n"+
 		"petstore: it is shown only this once; keep it safe:\n%s\n", env, k.ID, secret)
 	return keys.refresh(ctx)
-}
-
-// route is one entry of the API's route table.
-type route struct {
-	pattern string
-	handler http.Handler
-}
-
-// apiRoutes is the route table of the API under /v1: every entry is an
-// operation of the OpenAPI document, and the other way round.
-func apiRoutes(store Store, cfg serveConfig) []route {
-	return []route{
-		{"GET /v1/categories", requireKey(handleCategoryList(store, cfg.publicURL))},
-		{"POST /v1/categories", requireKey(handleCategoryCreate(store))},
-		{"GET /v1/pets", requireKey(handlePetList(store))},
-		{"POST /v1/pets", requireKey(handlePetCreate(store))},
-		{"GET /v1/pets/{petId}", sunset(cfg.petsDeprecation(), time.Now, requireKey(handlePetGet(store)))},
-		{"GET /v1/store/orders", requireKey(handleOrderList(store))},
-		{"POST /v1/store/orders", requireKey(handleOrderCreate(store))},
-		{"GET /v1/openapi.json", handleOpenAPI(cfg.publicURL, cfg.env)},
-	}
-}
-
-// petsDeprecation is the timeline of GET /v1/pets/{petId}.
-func (cfg serveConfig) petsDeprecation() deprecation {
-	return deprecation{deprecatedAt: cfg.petsDeprecatedAt, sunsetAt: cfg.petsSunsetAt, successor: cfg.publicURL + "/pets"}
-}
-
-// newServer returns the whole API: the route table and the middleware chain.
-func newServer(logger *slog.Logger, reqLog *requestLog, store Store, keys *keyring, lim *limiter, m *serverMetrics, cfg serveConfig) http.Handler {
-	routes := append(apiRoutes(store, cfg),
-		route{"GET /healthz", handleHealth(cfg.env)},
-		route{"GET /readyz", handleReady(store)})
-	h := newRouter(routes)
-	h = limitRequests(lim, keys, cfg.trustProxy, m, h)
-	h = areaHeaders(cfg.petsDeprecation(), h)
-	h = recoverPanics(logger, h)
-	h = logRequests(reqLog, m, h)
-	h = withRequestID(h) // runs first
-	return h
-}
-
-// newAdminServer returns what the admin listener serves: metrics and the
-// health checks, never the API.
-func newAdminServer(store Store, m *serverMetrics, cfg serveConfig) http.Handler {
-	return newRouter([]route{
-		{"GET /metrics", handleMetrics(m)},
-		{"GET /healthz", handleHealth(cfg.env)},
-		{"GET /readyz", handleReady(store)},
-	})
-}
-
-func handleHealth(env string) http.Handler {
-	body := map[string]string{"status": "ok", "env": env, "version": buildVersion()}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, body)
-	})
-}
-
-func handleReady(store Store) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := store.Ready(ctx); err != nil {
-			noteError(w, err)
-			w.Header().Set("Retry-After", retryAfterUnavailable)
-			writeError(w, r, errorf("unavailable", "the database is not reachable"))
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
-	})
-}
-
-// newRouter routes requests to routes, and answers what they do not match
-// (404, 405 with Allow, and the redirects of non-canonical paths) with a
-// JSON Error instead of the mux's plain text. A request is matched once: a
-// catch-all "/" takes what the routes do not, and only then asks a second
-// mux, of the routes alone, whether the path exists with other methods.
-func newRouter(routes []route) http.Handler {
-	known := http.NewServeMux()
-	mux := http.NewServeMux()
-	for _, rt := range routes {
-		known.Handle(rt.pattern, rt.handler)
-		mux.Handle(rt.pattern, notePattern(rt.handler))
-	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		// Only the mux's own 404 and 405 handlers are probed, never a route:
-		// a route's pattern would have matched before "/" did.
-		h, pattern := known.Handler(r)
-		probe := &headerProbe{header: http.Header{}}
-		if pattern == "" {
-			h.ServeHTTP(probe, r)
-		}
-		if probe.status == http.StatusMethodNotAllowed {
-			allow := probe.header.Get("Allow")
-			w.Header().Set("Allow", allow)
-			writeError(w, r, errorf("method_not_allowed", "method %s is not allowed here; allowed: %s", r.Method, allow))
-			return
-		}
-		writeError(w, r, errorf("not_found", "no such path: %s", r.URL.Path))
-	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !isCanonicalPath(r.URL.Path) {
-			writeError(w, r, errorf("not_found", "no such path: %s (paths must not contain . or .. segments or empty segments)", r.URL.Path))
-			return
-		}
-		mux.ServeHTTP(w, r)
-	})
-}
-
-// notePattern tells the request log which route matched.
-func notePattern(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if rec := recorderOf(w); rec != nil {
-			rec.pattern = r.Pattern
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// isCanonicalPath reports whether p is absolute and free of ".", ".." and
-// empty segments, which the mux would answer with a redirect.
-func isCanonicalPath(p string) bool {
-	if p == "" || p[0] != '/' {
-		return false
-	}
-	clean := path.Clean(p)
-	if strings.HasSuffix(p, "/") && clean != "/" {
-		clean += "/"
-	}
-	return clean == p
-}
-
-// headerProbe is a ResponseWriter that keeps the status and headers and
-// drops the body.
-type headerProbe struct {
-	header http.Header
-	status int
-}
-
-func (p *headerProbe) Header() http.Header         { return p.header }
-func (p *headerProbe) Write(b []byte) (int, error) { return len(b), nil }
-func (p *headerProbe) WriteHeader(status int)      { p.status = status }
-
-// withRequestID gives every response an X-Request-Id: the client's own when
-// it is sane, else a random one.
-func withRequestID(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get("X-Request-Id")
-		if !saneRequestID(id) {
-			id = rand.Text()
-		}
-		w.Header().Set("X-Request-Id", id)
-		next.ServeHTTP(w, r)
-	})
-}
-
-// saneRequestID accepts 1 to 128 characters of letters, digits and "-_.:",
-// but nothing that holds a key's prefix, anywhere (a key after "trace:" is
-// still a key): the id is echoed and logged.
-func saneRequestID(id string) bool {
-	if id == "" || len(id) > 128 || strings.Contains(id, "ps_live_") || strings.Contains(id, "ps_test_") {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-_.:", c) >= 0) {
-			return false
-		}
-	}
-	return true
-}
-
-// recorder watches a response for the request log; inner handlers add the
-// route, the key and the cause of an error.
-type recorder struct {
-	http.ResponseWriter
-	status  int
-	bytes   int64
-	pattern string
-	keyID   int64
-	err     error
-}
-
-func (rec *recorder) WriteHeader(status int) {
-	if rec.status == 0 && status >= 200 {
-		rec.status = status
-	}
-	rec.ResponseWriter.WriteHeader(status)
-}
-
-func (rec *recorder) Write(b []byte) (int, error) {
-	if rec.status == 0 {
-		rec.status = http.StatusOK
-	}
-	n, err := rec.ResponseWriter.Write(b)
-	rec.bytes += int64(n)
-	return n, err
-}
-
-func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
-
-// recorderOf returns the request log's recorder. logRequests hands it on
-// as the ResponseWriter, and no inner layer wraps the writer again, so a
-// type assertion finds it without a context value per request.
-func recorderOf(w http.ResponseWriter) *recorder {
-	rec, _ := w.(*recorder)
-	return rec
-}
-
-// logRequests logs one line per request and counts it in the metrics. It
-// never logs a header or the query, so never a key.
-func logRequests(log *requestLog, m *serverMetrics, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		rec := &recorder{ResponseWriter: w}
-		defer func() {
-			end := time.Now()
-			log.write(end, &requestLine{
-				method:    r.Method,
-				route:     rec.pattern,
-				status:    rec.status,
-				duration:  end.Sub(start),
-				bytes:     rec.bytes,
-				key:       rec.keyID,
-				requestID: w.Header().Get("X-Request-Id"),
-				remote:    r.RemoteAddr,
-				err:       rec.err,
-			})
-			m.observe(rec.pattern, rec.status, end.Sub(start), rec.err)
-		}()
-		next.ServeHTTP(rec, r)
-	})
-}
-
-// recoverPanics turns a panic in a handler into a logged 500.
-func recoverPanics(logger *slog.Logger, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() {
-			p := recover()
-			if p == nil {
-				return
-			}
-			if p == http.ErrAbortHandler {
-				panic(p)
-			}
-			logger.Error("panic", "panic", p, "request_id", w.Header().Get("X-Request-Id"), "stack", string(debug.Stack()))
-			if rec := recorderOf(w); rec != nil && rec.status != 0 {
-				// The status went out, perhaps part of the body: abort the
-				// connection, so that the client sees the answer cut off
-				// instead of a short body that looks complete.
-				noteError(w, fmt.Errorf("panic after the status was sent: %v", p))
-				panic(http.ErrAbortHandler)
-			}
-			writeError(w, r, errors.New("panic"))
-		}()
-		next.ServeHTTP(w, r)
-	})
 }

@@ -29,34 +29,32 @@ type rateLimiter interface {
 }
 
 // limitRequests applies the rate limits to every request under /v1/, before
-// routing: a request with a usable key counts against that key (and its id,
-// noted on the request log's recorder, lets it past requireKey), any other
-// against its client address. Every response under /v1/ gets the binding
-// window's headers; a refused request gets 429 and goes no further.
-func limitRequests(lim rateLimiter, keys *keyring, trustProxy bool, m *serverMetrics, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1" && !strings.HasPrefix(r.URL.Path, "/v1/") {
-			next.ServeHTTP(w, r)
-			return
-		}
-		var d decision
-		k := keys.authenticate(r)
-		if k != nil {
-			if rec := recorderOf(w); rec != nil {
-				rec.keyID = k.ID
+// routing: a request with a usable key (in its state, from authenticate)
+// counts against that key, any other against its client address. Every
+// response under /v1/ gets the binding window's headers; a refused request
+// gets 429 and goes no further.
+func limitRequests(lim rateLimiter, trustProxy bool, m *serverMetrics) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !isAPIPath(r.URL.Path) {
+				next.ServeHTTP(w, r)
+				return
 			}
-			d = lim.allowKey(k.ID, k.RPM, k.RPD)
-		} else {
-			d = lim.allowAddr(clientAddr(r, trustProxy))
-		}
-		d.setHeaders(w.Header())
-		if !d.Allowed {
-			m.refused(d.Code)
-			writeError(w, r, refusal(d))
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+			var d decision
+			if st := stateOf(r); st != nil && st.key != nil {
+				d = lim.allowKey(st.key.ID, st.key.RPM, st.key.RPD)
+			} else {
+				d = lim.allowAddr(clientAddr(r, trustProxy))
+			}
+			d.setHeaders(w.Header())
+			if !d.Allowed {
+				m.refused(d.Code)
+				writeError(w, r, refusal(d))
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
 }
 
 // refusal is the Error of a refused request.

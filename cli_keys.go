@@ -1,0 +1,212 @@
+// cli_keys.go owns the keys commands: create, list, revoke and unban.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+func runKeys(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usagef("keys: want a subcommand: create, list, revoke or unban")
+	}
+	sub, args := args[0], args[1:]
+	if sub == "-h" || sub == "-help" || sub == "--help" || sub == "help" {
+		fmt.Fprint(stdout, "usage: petstore keys create|list|revoke|unban [flags]\n"+
+			"petstore keys SUBCOMMAND -h lists a subcommand's flags.\n")
+		return nil
+	}
+	fs := newFlagSet("keys " + sub)
+	db := dbFlag(fs)
+	switch sub {
+	case "create":
+		planName := fs.String("plan", "", "the key's plan: free, pro, business or enterprise (required)")
+		name := fs.String("name", "", "a `name` to recognise the key by")
+		rpm := fs.Int64("rpm", 0, "requests per minute (enterprise only, required there)")
+		rpd := fs.Int64("rpd", 0, "requests per day (enterprise only, required there)")
+		env := fs.String("env", "production", "the key's environment: production or staging")
+		asJSON := fs.Bool("json", false, "print a JSON object instead of the key alone")
+		if _, err := parseFlags(fs, args, getenv, stdout, 0); err != nil {
+			return helpIsNoError(err)
+		}
+		if err := checkKeyPlan(fs, *planName, *rpm, *rpd, *env); err != nil {
+			return err
+		}
+		if utf8.RuneCountInString(*name) > maxNameLen || !utf8.ValidString(*name) || strings.IndexFunc(*name, unicode.IsControl) >= 0 {
+			return usagef("keys create: --name must be at most %d characters of UTF-8 without control characters", maxNameLen)
+		}
+		return withStore(ctx, *db, func(s Store) error {
+			return keysCreate(ctx, s, *planName, *name, *rpm, *rpd, *env, *asJSON, stdout, stderr)
+		})
+	case "list":
+		asJSON := fs.Bool("json", false, "print a JSON array")
+		if _, err := parseFlags(fs, args, getenv, stdout, 0); err != nil {
+			return helpIsNoError(err)
+		}
+		if err := mustExist(*db); err != nil {
+			return err
+		}
+		return withStore(ctx, *db, func(s Store) error { return keysList(ctx, s, *asJSON, stdout) })
+	case "revoke", "unban":
+		pos, err := parseFlags(fs, args, getenv, stdout, 1)
+		if err != nil {
+			return helpIsNoError(err)
+		}
+		id, err := strconv.ParseInt(pos[0], 10, 64)
+		if err != nil || id <= 0 {
+			return usagef("keys %s: ID must be a positive integer, got %q", sub, pos[0])
+		}
+		if err := mustExist(*db); err != nil {
+			return err
+		}
+		return withStore(ctx, *db, func(s Store) error {
+			if sub == "revoke" {
+				err = s.RevokeKey(ctx, id)
+			} else {
+				err = s.SetKeyBan(ctx, id, time.Time{})
+			}
+			if errors.Is(err, errNotFound) {
+				return fmt.Errorf("keys %s: no key with id %d", sub, id)
+			}
+			if err == nil {
+				fmt.Fprintf(stdout, "key %d %s\n", id, map[string]string{"revoke": "revoked", "unban": "unbanned"}[sub])
+			}
+			return err
+		})
+	}
+	return usagef("keys: unknown subcommand %q: want create, list, revoke or unban", sub)
+}
+
+// mustExist fails when the database at path does not exist: only keys
+// create (like serve and migrate) starts a new one.
+func mustExist(path string) error {
+	if err := checkDBPath(path); err != nil {
+		return err
+	}
+	return checkDatabaseFile(path, false)
+}
+
+// withStore runs do on the migrated database at path, then closes it.
+func withStore(ctx context.Context, path string, do func(Store) error) error {
+	if err := checkDBPath(path); err != nil {
+		return err
+	}
+	store, err := openStore(ctx, path, true, time.Now, defaultBusyTimeout)
+	if err != nil {
+		return err
+	}
+	return errors.Join(do(store), store.Close())
+}
+
+// checkKeyPlan checks the flags of keys create: a known plan, and --rpm and
+// --rpd with enterprise only.
+func checkKeyPlan(fs *flag.FlagSet, planName string, rpm, rpd int64, env string) error {
+	if planName == "" {
+		return usagef("keys create: --plan is required: free, pro, business or enterprise")
+	}
+	if _, ok := planByName(planName); !ok {
+		return usagef("keys create: unknown plan %q: want free, pro, business or enterprise", planName)
+	}
+	// Visit sees values from the environment too: Set marks them as given.
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if planName == "enterprise" {
+		if !given["rpm"] || !given["rpd"] {
+			return usagef("keys create: --rpm and --rpd are required with --plan enterprise")
+		}
+		if rpm <= 0 || rpd <= 0 {
+			return usagef("keys create: --rpm and --rpd must be positive")
+		}
+		if rpm > limMaxRPM {
+			return usagef("keys create: --rpm must be at most %d, got %d", limMaxRPM, rpm)
+		}
+	} else if given["rpm"] || given["rpd"] {
+		return usagef("keys create: --rpm and --rpd are only for --plan enterprise; %s has fixed limits", planName)
+	}
+	return checkEnv(env)
+}
+
+// keyView is a key as the keys commands print it; Key, the secret, is
+// set only by keys create.
+type keyView struct {
+	ID        int64     `json:"id"`
+	Key       string    `json:"key,omitempty"`
+	Name      string    `json:"name"`
+	Plan      string    `json:"plan"`
+	RPM       int64     `json:"rpm"`
+	RPD       int64     `json:"rpd"`
+	Env       string    `json:"env"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// keyListView is a key as keys list --json prints it.
+type keyListView struct {
+	keyView
+	Revoked     bool       `json:"revoked"`
+	BannedUntil *time.Time `json:"bannedUntil"`
+}
+
+func viewKey(k apiKey) keyView {
+	rpm, rpd := planLimits(k.Plan, k.RPM, k.RPD)
+	return keyView{ID: k.ID, Name: k.Name, Plan: k.Plan, RPM: rpm, RPD: rpd, Env: k.Env, CreatedAt: k.CreatedAt.UTC()}
+}
+
+func keysCreate(ctx context.Context, s Store, planName, name string, rpm, rpd int64, env string, asJSON bool, stdout, stderr io.Writer) error {
+	secret := newKeySecret(env)
+	k, err := s.CreateKey(ctx, hashKey(secret), name, planName, rpm, rpd, env)
+	if err != nil {
+		return err
+	}
+	v := viewKey(k)
+	if asJSON {
+		v.Key = secret
+		return json.NewEncoder(stdout).Encode(v)
+	}
+	fmt.Fprintf(stderr, "created key %d: %s plan, %d/min, %d/day, %s; the key is shown only this once\n", v.ID, v.Plan, v.RPM, v.RPD, v.Env)
+	_, err = fmt.Fprintln(stdout, secret)
+	return err
+}
+
+func keysList(ctx context.Context, s Store, asJSON bool, stdout io.Writer) error {
+	keys, err := s.KeysSince(ctx, -1)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		views := make([]keyListView, 0, len(keys))
+		for _, k := range keys {
+			v := keyListView{keyView: viewKey(k), Revoked: k.Revoked}
+			if !k.BannedUntil.IsZero() {
+				until := k.BannedUntil.UTC()
+				v.BannedUntil = &until
+			}
+			views = append(views, v)
+		}
+		return json.NewEncoder(stdout).Encode(views)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tPLAN\tPER MIN\tPER DAY\tENV\tCREATED\tSTATE")
+	now := time.Now()
+	for _, k := range keys {
+		state := "active"
+		switch {
+		case k.Revoked:
+			state = "revoked"
+		case k.BannedUntil.After(now):
+			state = "banned until " + k.BannedUntil.UTC().Format(time.RFC3339)
+		}
+		v := viewKey(k)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", v.ID, v.Name, v.Plan, v.RPM, v.RPD, v.Env, v.CreatedAt.Format(time.RFC3339), state)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,241 @@
+// middleware.go owns the layers every request passes: its id, its state
+// and log line, panic recovery, and the router that answers unknown paths
+// and methods with a JSON 404 or 405.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path"
+	"runtime/debug"
+	"strings"
+	"time"
+)
+
+// newRouter routes requests to routes, and answers what they do not match
+// (404, 405 with Allow, and the redirects of non-canonical paths) with a
+// JSON Error instead of the mux's plain text. A request is matched once: a
+// catch-all "/" takes what the routes do not, and only then asks a second
+// mux, of the routes alone, whether the path exists with other methods.
+func newRouter(routes []route) http.Handler {
+	known := http.NewServeMux()
+	mux := http.NewServeMux()
+	for _, rt := range routes {
+		known.Handle(rt.pattern, rt.handler)
+		mux.Handle(rt.pattern, notePattern(rt.handler))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		// Only the mux's own 404 and 405 handlers are probed, never a route:
+		// a route's pattern would have matched before "/" did.
+		h, pattern := known.Handler(r)
+		probe := &headerProbe{header: http.Header{}}
+		if pattern == "" {
+			h.ServeHTTP(probe, r)
+		}
+		if probe.status == http.StatusMethodNotAllowed {
+			allow := probe.header.Get("Allow")
+			w.Header().Set("Allow", allow)
+			writeError(w, r, errorf("method_not_allowed", "method %s is not allowed here; allowed: %s", r.Method, allow))
+			return
+		}
+		writeError(w, r, errorf("not_found", "no such path: %s", r.URL.Path))
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !isCanonicalPath(r.URL.Path) {
+			writeError(w, r, errorf("not_found", "no such path: %s (paths must not contain . or .. segments or empty segments)", r.URL.Path))
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// notePattern tells the request log which route matched.
+func notePattern(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if st := stateOf(r); st != nil {
+			st.pattern = r.Pattern
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// isCanonicalPath reports whether p is absolute and free of ".", ".." and
+// empty segments, which the mux would answer with a redirect.
+func isCanonicalPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	clean := path.Clean(p)
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	return clean == p
+}
+
+// headerProbe is a ResponseWriter that keeps the status and headers and
+// drops the body.
+type headerProbe struct {
+	header http.Header
+	status int
+}
+
+func (p *headerProbe) Header() http.Header         { return p.header }
+func (p *headerProbe) Write(b []byte) (int, error) { return len(b), nil }
+func (p *headerProbe) WriteHeader(status int)      { p.status = status }
+
+// withRequestID gives every response an X-Request-Id: the client's own when
+// it is sane, else a random one.
+func withRequestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-Id")
+		if !saneRequestID(id) {
+			id = rand.Text()
+		}
+		w.Header().Set("X-Request-Id", id)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// saneRequestID accepts 1 to 128 characters of letters, digits and "-_.:",
+// but nothing that holds a key's prefix, anywhere (a key after "trace:" is
+// still a key): the id is echoed and logged.
+func saneRequestID(id string) bool {
+	if id == "" || len(id) > 128 || strings.Contains(id, "ps_live_") || strings.Contains(id, "ps_test_") {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-_.:", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// recorder watches a response for the request log: its status and size.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (rec *recorder) WriteHeader(status int) {
+	if rec.status == 0 && status >= 200 {
+		rec.status = status
+	}
+	rec.ResponseWriter.WriteHeader(status)
+}
+
+func (rec *recorder) Write(b []byte) (int, error) {
+	if rec.status == 0 {
+		rec.status = http.StatusOK
+	}
+	n, err := rec.ResponseWriter.Write(b)
+	rec.bytes += int64(n)
+	return n, err
+}
+
+func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
+
+// recorderOf returns the request log's recorder, which logRequests hands
+// on as the ResponseWriter, or nil. Only recoverPanics asks, to know
+// whether the status went out: no security check depends on it.
+func recorderOf(w http.ResponseWriter) *recorder {
+	rec, _ := w.(*recorder)
+	return rec
+}
+
+// reqState is what the layers of one request tell each other: the key
+// that authenticate resolved, the route that the router matched, and the
+// cause of an error, for the log. It travels in the request's context, so
+// that no check depends on how the ResponseWriter happens to be wrapped.
+type reqState struct {
+	rec     recorder // the response, as logRequests watches it
+	key     *apiKey  // nil: no usable key
+	pattern string
+	err     error
+}
+
+type reqStateKey struct{}
+
+// stateOf returns r's state, or nil when no layer gave it one.
+func stateOf(r *http.Request) *reqState {
+	st, _ := r.Context().Value(reqStateKey{}).(*reqState)
+	return st
+}
+
+// withState returns r with st as its state.
+func withState(r *http.Request, st *reqState) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), reqStateKey{}, st))
+}
+
+// noteError hands err, the cause of an error answer, to the request log.
+func noteError(r *http.Request, err error) {
+	if st := stateOf(r); st != nil {
+		st.err = err
+	}
+}
+
+// logRequests logs one line per request and counts it in the metrics. It
+// gives the request its state, and reads the route, the key and the cause
+// of an error from there. It never logs a header or the query, so never a
+// key.
+func logRequests(log *requestLog, m *serverMetrics) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			st := &reqState{rec: recorder{ResponseWriter: w}}
+			defer func() {
+				end := time.Now()
+				var keyID int64
+				if st.key != nil {
+					keyID = st.key.ID
+				}
+				log.write(end, &requestLine{
+					method:    r.Method,
+					route:     st.pattern,
+					status:    st.rec.status,
+					duration:  end.Sub(start),
+					bytes:     st.rec.bytes,
+					key:       keyID,
+					requestID: w.Header().Get("X-Request-Id"),
+					remote:    r.RemoteAddr,
+					err:       st.err,
+				})
+				m.observe(st.pattern, st.rec.status, end.Sub(start), st.err)
+			}()
+			next.ServeHTTP(&st.rec, withState(r, st))
+		})
+	}
+}
+
+// recoverPanics turns a panic in a handler into a logged 500.
+func recoverPanics(logger *slog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			defer func() {
+				p := recover()
+				if p == nil {
+					return
+				}
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				logger.Error("panic", "panic", p, "request_id", w.Header().Get("X-Request-Id"), "stack", string(debug.Stack()))
+				if rec := recorderOf(w); rec != nil && rec.status != 0 {
+					// The status went out, perhaps part of the body: abort the
+					// connection, so that the client sees the answer cut off
+					// instead of a short body that looks complete.
+					noteError(r, fmt.Errorf("panic after the status was sent: %v", p))
+					panic(http.ErrAbortHandler)
+				}
+				writeError(w, r, errors.New("panic"))
+			}()
+			next.ServeHTTP(w, r)
+		})
+	}
+}

@@ -1,0 +1,66 @@
+// routes.go owns the API's shape: the route table, and the middleware
+// chain written in the order a request meets it; and what the admin
+// listener serves.
+package main
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// route is one entry of a route table.
+type route struct {
+	pattern string
+	handler http.Handler
+}
+
+// apiRoutes is the route table of the API under /v1: every entry is an
+// operation of the OpenAPI document, and the other way round. requireKey
+// marks the routes that need a key.
+func apiRoutes(store Store, cfg serveConfig) []route {
+	return []route{
+		{"GET /v1/categories", requireKey(handleCategoryList(store, cfg.publicURL))},
+		{"POST /v1/categories", requireKey(handleCategoryCreate(store))},
+		{"GET /v1/pets", requireKey(handlePetList(store))},
+		{"POST /v1/pets", requireKey(handlePetCreate(store))},
+		{"GET /v1/pets/{petId}", sunset(cfg.petsDeprecation(), time.Now, requireKey(handlePetGet(store)))},
+		{"GET /v1/store/orders", requireKey(handleOrderList(store))},
+		{"POST /v1/store/orders", requireKey(handleOrderCreate(store))},
+		{"GET /v1/openapi.json", handleOpenAPI(cfg.publicURL, cfg.env)},
+	}
+}
+
+// newServer returns the whole API: the routes behind the middleware.
+func newServer(logger *slog.Logger, reqLog *requestLog, store Store, keys *keyring, lim rateLimiter, m *serverMetrics, cfg serveConfig) http.Handler {
+	routes := append(apiRoutes(store, cfg),
+		route{"GET /healthz", handleHealth(cfg.env)},
+		route{"GET /readyz", handleReady(store)})
+	return chain(newRouter(routes),
+		withRequestID,                         // runs first: every answer has an id
+		logRequests(reqLog, m),                // one log line and the metrics of each request
+		recoverPanics(logger),                 // a panic is a 500, or a cut connection
+		areaHeaders(cfg.petsDeprecation()),    // before the limiter: a 429 carries them too
+		authenticate(keys),                    // resolves the key once; refuses nothing
+		limitRequests(lim, cfg.trustProxy, m), // before routing: a 429 comes even on an unknown path
+	) // then the router (404, 405), then requireKey on each route that needs it (401)
+}
+
+// newAdminServer returns what the admin listener serves: metrics and the
+// health checks, never the API.
+func newAdminServer(store Store, m *serverMetrics, cfg serveConfig) http.Handler {
+	return chain(newRouter([]route{
+		{"GET /metrics", handleMetrics(m)},
+		{"GET /healthz", handleHealth(cfg.env)},
+		{"GET /readyz", handleReady(store)},
+	}), withRequestID)
+}
+
+// chain returns h behind the middleware mws, the first of them running
+// first.
+func chain(h http.Handler, mws ...func(http.Handler) http.Handler) http.Handler {
+	for i := len(mws) - 1; i >= 0; i-- {
+		h = mws[i](h)
+	}
+	return h
+}
