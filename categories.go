@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -52,18 +53,19 @@ func validName(field string, name *string) (string, *apiError) {
 	return n, nil
 }
 
-// validate checks a new category and returns its trimmed name.
-func (c newCategory) validate() (string, *apiError) {
+// validate checks a new category and returns it as it is to be stored,
+// its name trimmed.
+func (c newCategory) validate() (Category, *apiError) {
 	name, err := validName("name", c.Name)
 	if err != nil {
-		return "", err
+		return Category{}, err
 	}
 	if c.Description != nil {
 		if l := utf8.RuneCountInString(*c.Description); l > maxDescriptionLen {
-			return "", errorf("validation_failed", "description must be at most %d characters, got %d", maxDescriptionLen, l)
+			return Category{}, errorf("validation_failed", "description must be at most %d characters, got %d", maxDescriptionLen, l)
 		}
 	}
-	return name, nil
+	return Category{Name: name, Description: c.Description}, nil
 }
 
 // foldName is the key under which category names are unique: Unicode full
@@ -88,28 +90,16 @@ func foldUnicode(name string) string {
 }
 
 func handleCategoryCreate(store Store) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var in newCategory
-		if err := decodeJSON(w, r, &in); err != nil {
-			writeError(w, r, err)
-			return
-		}
-		name, verr := in.validate()
-		if verr != nil {
-			writeError(w, r, verr)
-			return
-		}
-		c, err := store.CreateCategory(r.Context(), Category{Name: name, Description: in.Description}, foldName(name))
-		if errors.Is(err, errConflict) {
-			writeError(w, r, errorf("conflict", "a category named %q exists already (names are compared ignoring case)", name))
-			return
-		}
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		writeJSON(w, http.StatusCreated, c)
-	})
+	return handleCreate[newCategory](store,
+		func(store Store, ctx context.Context, c Category) (Category, error) {
+			return store.CreateCategory(ctx, c, foldName(c.Name))
+		},
+		func(c Category, err error) *apiError {
+			if errors.Is(err, errConflict) {
+				return errorf("conflict", "a category named %q exists already (names are compared ignoring case)", c.Name)
+			}
+			return nil
+		})
 }
 
 // maxPageSize bounds ?limit= of a category list page.
@@ -285,28 +275,6 @@ func etagMatches(lines []string, etag string) bool {
 		}
 	}
 	return false
-}
-
-// parseQuery parses r's query string, or fails with 400 when any of it is
-// malformed (a bad escape, a ";"): r.URL.Query() drops such pairs quietly,
-// and a filter the client asked for would be ignored.
-func parseQuery(r *http.Request) (url.Values, error) {
-	q, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		return nil, errorf("validation_failed", "the query string is malformed: %v", err)
-	}
-	return q, nil
-}
-
-// onceEach fails with 400 when any of names is given more than once in q:
-// q.Get would take the first value and quietly drop the others, bad or not.
-func onceEach(q url.Values, names ...string) error {
-	for _, name := range names {
-		if len(q[name]) > 1 {
-			return errorf("validation_failed", "%s must be given at most once", name)
-		}
-	}
-	return nil
 }
 
 // servePage answers ?limit=N&after_id=ID with up to N categories after ID,

@@ -146,14 +146,17 @@ func FuzzDecodeCategory(f *testing.F) {
 		if !fuzzDecode(t, body, &in) {
 			return
 		}
-		name, verr := in.validate()
+		c, verr := in.validate()
 		if verr != nil {
 			checkValidationError(t, verr)
 			return
 		}
-		checkName(t, name)
+		checkName(t, c.Name)
 		if in.Description != nil && utf8.RuneCountInString(*in.Description) > maxDescriptionLen {
 			t.Fatalf("description of %d code points accepted", utf8.RuneCountInString(*in.Description))
+		}
+		if c.Description != in.Description {
+			t.Fatalf("description %v validated into %v", in.Description, c.Description)
 		}
 	})
 }
@@ -203,7 +206,8 @@ func FuzzDecodeOrder(f *testing.F) {
 		if !fuzzDecode(t, body, &in) {
 			return
 		}
-		if verr := in.validate(); verr != nil {
+		o, verr := in.validate()
+		if verr != nil {
 			checkValidationError(t, verr)
 			return
 		}
@@ -212,6 +216,9 @@ func FuzzDecodeOrder(f *testing.F) {
 		}
 		if in.Quantity == nil || *in.Quantity < 1 || *in.Quantity > maxOrderQuantity {
 			t.Fatalf("quantity %v accepted", in.Quantity)
+		}
+		if o.PetID != *in.PetID || o.Quantity != *in.Quantity || o.Status != "placed" {
+			t.Fatalf("%+v validated into %+v", in, o)
 		}
 	})
 }

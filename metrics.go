@@ -1,3 +1,6 @@
+// metrics.go owns the server's metrics: counted on the request path,
+// read from the limiter and the store, and served in the Prometheus text
+// format on the admin listener.
 package main
 
 import (
@@ -18,20 +21,46 @@ type serverMetrics struct {
 	bans     *vm.Counter
 	dbErrors *vm.Counter
 
-	mu     sync.RWMutex
-	routes map[string]*routeMetrics // by route pattern; "" for unrouted requests
+	routes lazyMap[string, *routeMetrics] // by route pattern; "" for unrouted requests
 }
 
 // routeMetrics are one route's request counts by status and its latencies.
 type routeMetrics struct {
 	durations *vm.Histogram
-	mu        sync.RWMutex
-	byStatus  map[int]*vm.Counter
+	byStatus  lazyMap[int, *vm.Counter]
 }
 
-func newServerMetrics(lim *limiter, store Store) *serverMetrics {
+// lazyMap is a map whose values are made on first use and then only read:
+// a read lock finds what is there; the first use of a key makes its value
+// under the write lock.
+type lazyMap[K comparable, V any] struct {
+	mu sync.RWMutex
+	m  map[K]V
+}
+
+// get returns the value of k, which mk makes the first time.
+func (lm *lazyMap[K, V]) get(k K, mk func() V) V {
+	lm.mu.RLock()
+	v, ok := lm.m[k]
+	lm.mu.RUnlock()
+	if ok {
+		return v
+	}
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	if v, ok = lm.m[k]; !ok {
+		if lm.m == nil {
+			lm.m = map[K]V{}
+		}
+		v = mk()
+		lm.m[k] = v
+	}
+	return v
+}
+
+func newServerMetrics(lim rateLimiter, store Store) *serverMetrics {
 	set := vm.NewSet()
-	m := &serverMetrics{set: set, refusals: map[string]*vm.Counter{}, routes: map[string]*routeMetrics{}}
+	m := &serverMetrics{set: set, refusals: map[string]*vm.Counter{}}
 	for _, reason := range []string{"rate_limited", "quota_exceeded", "key_banned"} {
 		m.refusals[reason] = set.NewCounter(`petstore_ratelimit_refusals_total{reason="` + reason + `"}`)
 	}
@@ -66,38 +95,15 @@ func (m *serverMetrics) observe(route string, status int, d time.Duration, err e
 }
 
 func (m *serverMetrics) route(route string) *routeMetrics {
-	m.mu.RLock()
-	rm := m.routes[route]
-	m.mu.RUnlock()
-	if rm != nil {
-		return rm
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if rm = m.routes[route]; rm == nil {
-		rm = &routeMetrics{
-			durations: m.set.GetOrCreateHistogram(`petstore_http_request_duration_seconds{route="` + routeLabel(route) + `"}`),
-			byStatus:  map[int]*vm.Counter{},
-		}
-		m.routes[route] = rm
-	}
-	return rm
+	return m.routes.get(route, func() *routeMetrics {
+		return &routeMetrics{durations: m.set.GetOrCreateHistogram(`petstore_http_request_duration_seconds{route="` + routeLabel(route) + `"}`)}
+	})
 }
 
 func (rm *routeMetrics) status(set *vm.Set, route string, status int) *vm.Counter {
-	rm.mu.RLock()
-	c := rm.byStatus[status]
-	rm.mu.RUnlock()
-	if c != nil {
-		return c
-	}
-	rm.mu.Lock()
-	defer rm.mu.Unlock()
-	if c = rm.byStatus[status]; c == nil {
-		c = set.GetOrCreateCounter(`petstore_http_requests_total{route="` + routeLabel(route) + `",status="` + strconv.Itoa(status) + `"}`)
-		rm.byStatus[status] = c
-	}
-	return c
+	return rm.byStatus.get(status, func() *vm.Counter {
+		return set.GetOrCreateCounter(`petstore_http_requests_total{route="` + routeLabel(route) + `",status="` + strconv.Itoa(status) + `"}`)
+	})
 }
 
 // routeLabel is the label value of a route pattern; requests that matched

@@ -13,41 +13,27 @@ type newOrder struct {
 	Quantity *int64 `json:"quantity"`
 }
 
-func (o newOrder) validate() *apiError {
+// validate checks a new order and returns it as it is to be placed.
+func (o newOrder) validate() (Order, *apiError) {
 	switch {
 	case o.PetID == nil:
-		return errorf("validation_failed", "petId is required")
+		return Order{}, errorf("validation_failed", "petId is required")
 	case *o.PetID < 1:
-		return errorf("validation_failed", "petId must be a positive integer")
+		return Order{}, errorf("validation_failed", "petId must be a positive integer")
 	case o.Quantity == nil:
-		return errorf("validation_failed", "quantity is required")
+		return Order{}, errorf("validation_failed", "quantity is required")
 	case *o.Quantity < 1 || *o.Quantity > maxOrderQuantity:
-		return errorf("validation_failed", "quantity must be 1 to %d, got %d", maxOrderQuantity, *o.Quantity)
+		return Order{}, errorf("validation_failed", "quantity must be 1 to %d, got %d", maxOrderQuantity, *o.Quantity)
 	}
-	return nil
+	return Order{PetID: *o.PetID, Quantity: *o.Quantity, Status: "placed"}, nil
 }
 
 func handleOrderCreate(store Store) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var in newOrder
-		if err := decodeJSON(w, r, &in); err != nil {
-			writeError(w, r, err)
-			return
-		}
-		if verr := in.validate(); verr != nil {
-			writeError(w, r, verr)
-			return
-		}
-		o, err := store.CreateOrder(r.Context(), Order{PetID: *in.PetID, Quantity: *in.Quantity, Status: "placed"})
+	return handleCreate[newOrder](store, Store.CreateOrder, func(o Order, err error) *apiError {
 		if errors.Is(err, errNoReference) {
-			writeError(w, r, errorf("validation_failed", "petId %d does not name an existing pet", *in.PetID))
-			return
+			return errorf("validation_failed", "petId %d does not name an existing pet", o.PetID)
 		}
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		writeJSON(w, http.StatusCreated, o)
+		return nil
 	})
 }
 

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 )
 
@@ -40,27 +39,11 @@ func (p newPet) validate() (Pet, *apiError) {
 }
 
 func handlePetCreate(store Store) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var in newPet
-		if err := decodeJSON(w, r, &in); err != nil {
-			writeError(w, r, err)
-			return
-		}
-		p, verr := in.validate()
-		if verr != nil {
-			writeError(w, r, verr)
-			return
-		}
-		created, err := store.CreatePet(r.Context(), p)
+	return handleCreate[newPet](store, Store.CreatePet, func(p Pet, err error) *apiError {
 		if errors.Is(err, errNoReference) {
-			writeError(w, r, errorf("validation_failed", "categoryId %d does not name an existing category", p.CategoryID))
-			return
+			return errorf("validation_failed", "categoryId %d does not name an existing category", p.CategoryID)
 		}
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		writeJSON(w, http.StatusCreated, created)
+		return nil
 	})
 }
 
@@ -112,13 +95,4 @@ func handlePetGet(store Store) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, p)
 	})
-}
-
-// positiveID parses an id given as text: decimal digits naming a positive int64.
-func positiveID(name, s string) (int64, *apiError) {
-	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || id < 1 || s[0] < '0' || s[0] > '9' {
-		return 0, errorf("validation_failed", "%s must be a positive integer, got %q", name, s)
-	}
-	return id, nil
 }

@@ -1,0 +1,40 @@
+// params.go owns the query-string and path-parameter helpers that the
+// lists share: strict parsing, at most one value per name, positive ids.
+package main
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+)
+
+// parseQuery parses r's query string, or fails with 400 when any of it is
+// malformed (a bad escape, a ";"): r.URL.Query() drops such pairs quietly,
+// and a filter the client asked for would be ignored.
+func parseQuery(r *http.Request) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, errorf("validation_failed", "the query string is malformed: %v", err)
+	}
+	return q, nil
+}
+
+// onceEach fails with 400 when any of names is given more than once in q:
+// q.Get would take the first value and quietly drop the others, bad or not.
+func onceEach(q url.Values, names ...string) error {
+	for _, name := range names {
+		if len(q[name]) > 1 {
+			return errorf("validation_failed", "%s must be given at most once", name)
+		}
+	}
+	return nil
+}
+
+// positiveID parses an id given as text: decimal digits naming a positive int64.
+func positiveID(name, s string) (int64, *apiError) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id < 1 || s[0] < '0' || s[0] > '9' {
+		return 0, errorf("validation_failed", "%s must be a positive integer, got %q", name, s)
+	}
+	return id, nil
+}
