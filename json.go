@@ -174,8 +174,8 @@ const maxJSONDepth = 32
 //
 // It is one pass over the bytes: a key is a string that follows "{" or ","
 // inside an object. (It replaced a walk with json.Decoder.Token, which
-// cost 4.4 us of every POST; FuzzJSONShape holds the two to the same
-// answers on valid JSON.)
+// cost a noticeable part of every POST, BENCHMARKS.md says how much;
+// FuzzJSONShape holds the two to the same answers on valid JSON.)
 func checkJSONShape(body []byte) (topKeys []string, _ *apiError) {
 	var stack []jsonFrame
 	wantKey := false

@@ -74,8 +74,8 @@ type limiter struct {
 // object each. States kept inline in chunks of consecutive ids were twice
 // as fast among a million keys in random order (one load from memory a
 // check instead of two or three), but a tracked key then costs its whole
-// chunk when few of its neighbours are active: 1,243 bytes a key with 5%
-// of 100,000 keys active, against 104 here (BENCHMARKS.md).
+// chunk when few of its neighbours are active: about twelve times the
+// memory a key when a few percent of the keys are active (BENCHMARKS.md).
 type limKeyShard struct {
 	mu sync.Mutex
 	t  map[int64]*limKeyState

@@ -136,8 +136,8 @@ func newLogger(format string, level slog.Level, w io.Writer) *slog.Logger {
 // requestLog writes the one log line of each request. The line is the one
 // that newLogger's handler would write for the same attributes, byte for
 // byte (TestRequestLogMatchesSlog), but it is appended straight into the
-// log buffer: through slog it cost about 4 us and 10 allocations of each
-// request, a tenth of a POST's CPU time on the benchmark.
+// log buffer: through slog it took several microseconds and ten
+// allocations of every request (BENCHMARKS.md).
 type requestLog struct {
 	json  bool
 	level slog.Level // the least level written

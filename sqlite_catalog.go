@@ -12,7 +12,7 @@ import (
 
 // insertID runs the prepared INSERT stmt in tx and sets *id to the new
 // row's id. Exec and LastInsertId cost less than INSERT ... RETURNING
-// read through a Rows (BenchmarkGroupCommitCreate: see BENCHMARKS.md).
+// read through a Rows (BenchmarkGroupCommitCreate; BENCHMARKS.md).
 func insertID(tx *batchTx, stmt *sql.Stmt, id *int64, args ...any) error {
 	res, err := tx.stmt(stmt).Exec(args...)
 	if err != nil {
