@@ -1,6 +1,7 @@
 // areas.go owns what marks the API's areas: the stability header of the
 // beta pets and experimental store areas, and the deprecation, sunset and
 // successor of GET /v1/pets/{petId}.
+
 package main
 
 import (

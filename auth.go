@@ -1,3 +1,7 @@
+// auth.go owns identity: the key format, hashing (only a key's SHA-256 is
+// stored or compared), the in-memory keyring of usable keys, the
+// authenticate step that resolves a request's key once, and requireKey.
+
 package main
 
 import (

@@ -1,5 +1,6 @@
 // backup.go owns "petstore backup": a consistent copy of the live SQLite
 // database, written beside its destination and put in place whole.
+
 package main
 
 import (

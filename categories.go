@@ -1,3 +1,7 @@
+// categories.go owns the categories resource: validation and folding of
+// names, the create handler, and the list served from a serialized copy
+// (with ETags), as pages, or streamed.
+
 package main
 
 import (

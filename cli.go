@@ -1,3 +1,7 @@
+// cli.go owns the command line: run, flag parsing with PETSTORE_*
+// defaults, serveConfig and its validation, and the serve, migrate, backup
+// and version commands (the keys commands are in cli_keys.go).
+
 package main
 
 import (

@@ -1,4 +1,5 @@
 // cli_keys.go owns the keys commands: create, list, revoke and unban.
+
 package main
 
 import (

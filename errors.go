@@ -1,6 +1,7 @@
 // errors.go owns what a client sees of an error: the Error object, the
 // code-to-status table, and writeError, the one way a handler answers with
 // an error.
+
 package main
 
 import (

@@ -1,3 +1,7 @@
+// groupcommit.go owns the group commit: the creates waiting at once share
+// one SQLite transaction and one fsync, and each is answered only after
+// that commit.
+
 package main
 
 import (

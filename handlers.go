@@ -1,5 +1,6 @@
 // handlers.go owns the skeleton that every create handler shares: decode,
 // validate, create, map the store's refusal, answer 201.
+
 package main
 
 import (

@@ -1,5 +1,6 @@
 // health.go owns the health checks: liveness (/healthz) and readiness
 // (/readyz: the database answers), on both listeners.
+
 package main
 
 import (

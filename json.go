@@ -1,5 +1,6 @@
 // json.go owns the wire format: decoding a request body strictly (type,
 // size, shape, unknown fields) and encoding responses, whole or streamed.
+
 package main
 
 import (

@@ -3,6 +3,7 @@
 // library only. The per-address buckets are in limits_addrs.go, the day
 // counts' way to the database in limits_days.go; the HTTP side is
 // ratelimit.go.
+
 package main
 
 import (

@@ -1,5 +1,6 @@
 // limits_addrs.go owns the minute buckets of requests without a usable
 // key, kept per client address (IPv6 per /64) and bounded in number.
+
 package main
 
 import (

@@ -1,6 +1,7 @@
 // limits_days.go owns the limiter's side of the day counts: loading the
 // stored counts, and handing out the increments not yet written (and
 // taking back the ones a failed write returns).
+
 package main
 
 import "time"

@@ -1,3 +1,7 @@
+// logs.go owns the log: the buffered writer that keeps requests from
+// waiting on stderr, the server's slog logger, and the request line,
+// written by hand byte for byte as slog would.
+
 package main
 
 import (

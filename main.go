@@ -1,9 +1,9 @@
-// Command petstore is the pet store API server: one static binary, one
-// SQLite file.
-//
 // main.go owns the process: main and its exit codes, and serve, which
 // starts the server, runs its background work and stops it gracefully.
 // docs/design.md has a map of the other files.
+
+// Command petstore is the pet store API server: one static binary, one
+// SQLite file.
 package main
 
 import (

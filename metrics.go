@@ -1,6 +1,7 @@
 // metrics.go owns the server's metrics: counted on the request path,
 // read from the limiter and the store, and served in the Prometheus text
 // format on the admin listener.
+
 package main
 
 import (

@@ -1,6 +1,7 @@
 // middleware.go owns the layers every request passes: its id, its state
 // and log line, panic recovery, and the router that answers unknown paths
 // and methods with a JSON 404 or 405.
+
 package main
 
 import (

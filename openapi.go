@@ -1,3 +1,6 @@
+// openapi.go owns the served OpenAPI document: the embedded openapi.json
+// with the server's own base address.
+
 package main
 
 import (

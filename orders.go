@@ -1,3 +1,5 @@
+// orders.go owns the store area's orders: validation, create and list.
+
 package main
 
 import (

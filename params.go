@@ -1,5 +1,6 @@
 // params.go owns the query-string and path-parameter helpers that the
 // lists share: strict parsing, at most one value per name, positive ids.
+
 package main
 
 import (

@@ -1,3 +1,6 @@
+// pets.go owns the pets resource: validation, create, the filtered list
+// and the deprecated single-pet read.
+
 package main
 
 import (

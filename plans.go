@@ -1,5 +1,6 @@
 // plans.go owns the plan table: the limits each plan gives a key, and how
 // a stored key's limits are resolved from it.
+
 package main
 
 // plan is a named pair of limits; enterprise keys carry their own.

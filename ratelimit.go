@@ -2,6 +2,7 @@
 // limiter offers the middleware and the upkeep, limitRequests, the
 // rate-limit headers and 429s, and the client address that requests
 // without a key are counted by.
+
 package main
 
 import (

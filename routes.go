@@ -1,6 +1,7 @@
 // routes.go owns the API's shape: the route table, and the middleware
 // chain written in the order a request meets it; and what the admin
 // listener serves.
+
 package main
 
 import (

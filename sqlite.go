@@ -2,6 +2,7 @@
 // pragmas (one writer connection, a read pool), SQLite's errors, and the
 // chunked reads the lists share. Its queries are in sqlite_catalog.go and
 // sqlite_keys.go, its migrations in sqlite_migrate.go.
+
 package main
 
 import (

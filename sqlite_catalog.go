@@ -1,5 +1,6 @@
 // sqlite_catalog.go owns SQLite's queries of the catalog: categories, pets
 // and orders. Creates go through the group commit.
+
 package main
 
 import (

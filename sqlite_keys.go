@@ -1,5 +1,6 @@
 // sqlite_keys.go owns SQLite's queries of the API keys (their bans
 // included) and of the day counts.
+
 package main
 
 import (

@@ -1,6 +1,7 @@
 // sqlite_migrate.go owns SQLite's schema migrations: the embedded
 // golang-migrate files, applied by one process at a time under a lock on
 // the database's directory.
+
 package main
 
 import (

@@ -2,6 +2,7 @@
 // the keyring, the upkeep and the CLI use, the records they read and write,
 // and the errors they may get back. It knows nothing of HTTP and of SQL;
 // SQLite (sqlite*.go) implements it.
+
 package main
 
 import (

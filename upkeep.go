@@ -1,6 +1,7 @@
 // upkeep.go owns the limiter's way to the database: day counts written
 // once a second, bans as they come (retried until written), and idle
 // limiter state swept away.
+
 package main
 
 import (
