@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Load benchmark of petstore against a bare net/http baseline; see README
-# "Benchmarks". Prints one Markdown table and saves it to bench/out/results.md.
+# Load benchmark of petstore against a bare net/http baseline; see
+# BENCHMARKS.md. Prints one Markdown table and saves it to bench/out/results.md.
 #   DURATION=10s RUNS=3 WARMUP=3s bench/run.sh    # the full run (about 4 min)
 #   QUICK=1 bench/run.sh                          # smoke test: 1 x 2 s, no 1M rows
 set -euo pipefail
