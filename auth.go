@@ -168,12 +168,11 @@ func (kr *keyring) lookup(key string) *apiKey {
 	return k
 }
 
-var errUnauthorized = &apiError{Status: http.StatusUnauthorized, Code: "unauthorized",
-	Message: "a valid API key is required: send Authorization: Bearer <key>"}
+var errUnauthorized = errorf("unauthorized", "a valid API key is required: send Authorization: Bearer <key>")
 
 // authenticate resolves the key of every request under /v1/, once, and
-// hands it on in the request's state, where the limiter, requireKey, the
-// handlers and the log read it. It refuses nothing: a request without a
+// hands it on in the request's state, where the limiter, requireKey and
+// the log read it (and any handler that comes to need it). It refuses nothing: a request without a
 // usable key is limited by its address, then refused by requireKey.
 func authenticate(keys *keyring) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {

@@ -46,7 +46,7 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 		if utf8.RuneCountInString(*name) > maxNameLen || !utf8.ValidString(*name) || strings.IndexFunc(*name, unicode.IsControl) >= 0 {
 			return usagef("keys create: --name must be at most %d characters of UTF-8 without control characters", maxNameLen)
 		}
-		return withStore(ctx, *db, func(s Store) error {
+		return withStore(ctx, *db, true, func(s Store) error {
 			return keysCreate(ctx, s, *planName, *name, *rpm, *rpd, *env, *asJSON, stdout, stderr)
 		})
 	case "list":
@@ -54,10 +54,7 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 		if _, err := parseFlags(fs, args, getenv, stdout, 0); err != nil {
 			return helpIsNoError(err)
 		}
-		if err := mustExist(*db); err != nil {
-			return err
-		}
-		return withStore(ctx, *db, func(s Store) error { return keysList(ctx, s, *asJSON, stdout) })
+		return withStore(ctx, *db, false, func(s Store) error { return keysList(ctx, s, *asJSON, stdout) })
 	case "revoke", "unban":
 		pos, err := parseFlags(fs, args, getenv, stdout, 1)
 		if err != nil {
@@ -67,10 +64,7 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 		if err != nil || id <= 0 {
 			return usagef("keys %s: ID must be a positive integer, got %q", sub, pos[0])
 		}
-		if err := mustExist(*db); err != nil {
-			return err
-		}
-		return withStore(ctx, *db, func(s Store) error {
+		return withStore(ctx, *db, false, func(s Store) error {
 			if sub == "revoke" {
 				err = s.RevokeKey(ctx, id)
 			} else {
@@ -88,19 +82,18 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 	return usagef("keys: unknown subcommand %q: want create, list, revoke or unban", sub)
 }
 
-// mustExist fails when the database at path does not exist: only keys
-// create (like serve and migrate) starts a new one.
-func mustExist(path string) error {
+// withStore runs do on the migrated database at path, then closes it.
+// Only with create may it start a new database (keys create does, like
+// serve and migrate); list, revoke and unban fail on a mistyped path
+// rather than create an empty database there.
+func withStore(ctx context.Context, path string, create bool, do func(Store) error) error {
 	if err := checkDBPath(path); err != nil {
 		return err
 	}
-	return checkDatabaseFile(path, false)
-}
-
-// withStore runs do on the migrated database at path, then closes it.
-func withStore(ctx context.Context, path string, do func(Store) error) error {
-	if err := checkDBPath(path); err != nil {
-		return err
+	if !create {
+		if err := checkDatabaseFile(path, false); err != nil {
+			return err
+		}
 	}
 	store, err := openStore(ctx, path, true, time.Now, defaultBusyTimeout)
 	if err != nil {

@@ -32,6 +32,9 @@ func TestKeysCommands(t *testing.T) {
 	if !strings.Contains(errOut, "pro") || strings.Contains(errOut, strings.TrimSpace(out)) {
 		t.Errorf("keys create stderr = %q: want details, never the key", errOut)
 	}
+	if !strings.Contains(errOut, "300/min, 10000/day") {
+		t.Errorf("keys create stderr = %q: want the pro plan's limits, 300/min, 10000/day", errOut)
+	}
 
 	out, _, err = runCLI(t, nil, "keys", "create", "--db", db, "--plan", "enterprise", "--rpm", "5000", "--rpd", "900000", "--env", "staging", "--json")
 	if err != nil {
@@ -79,8 +82,9 @@ func TestKeysCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 3 || !strings.Contains(lines[1], "revoked") || !strings.Contains(lines[2], "5000") {
-		t.Errorf("keys list = %q", out)
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 3 || !strings.Contains(lines[1], "revoked") || !strings.Contains(lines[2], "5000") ||
+		!regexp.MustCompile(`\bpro\s+300\s+10000\s`).MatchString(lines[1]) {
+		t.Errorf("keys list = %q; want the pro key with its plan's limits, 300 and 10000", out)
 	}
 	if out, _, err = runCLI(t, nil, "keys", "unban", "2", "--db", db); err != nil || !strings.Contains(out, "unbanned") {
 		t.Errorf("keys unban: %v %q", err, out)
@@ -130,6 +134,12 @@ func TestUsageErrors(t *testing.T) {
 		{"empty db path", []string{"keys", "list", "--db", ""}, nil, "--db"},
 		{"db path read as a URI", []string{"migrate", "--db", "file:x.db"}, nil, "URI"},
 		{"db path with a query", []string{"keys", "list", "--db", "x.db?mode=ro"}, nil, "'?'"},
+		{"serve on a db path with a query", []string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "off", "--db", "x.db?mode=ro"}, nil, "'?'"},
+		{"serve on an empty db path", []string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "off", "--db", ""}, nil, "--db"},
+		{"backup of a db path read as a URI", []string{"backup", "--db", "file:" + db, db + ".copy"}, nil, "URI"},
+		{"keys create on a db path with a fragment", []string{"keys", "create", "--db", db + "#x", "--plan", "free"}, nil, "'#'"},
+		{"keys revoke on an empty db path", []string{"keys", "revoke", "1", "--db", ""}, nil, "--db"},
+		{"keys unban on a db path read as a URI", []string{"keys", "unban", "1", "--db", "file:" + db}, nil, "URI"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -152,9 +152,9 @@ const maxYields = 4
 // brings more writes (at most maxYields times). Without this, on one CPU
 // (GOMAXPROCS=1) a handler's send woke the loop at once, ahead of every
 // other handler, and each fsync held the only P: every batch had one write.
-// The yields made batches about 25 times larger and creates about three
-// times faster (BENCHMARKS.md has the figures). On an idle server a yield
-// finds nothing to run and returns at once.
+// The yields made the batches, and so the creates a second, many times
+// larger (BENCHMARKS.md has the figures). On an idle server a yield finds
+// nothing to run and returns at once.
 func (g *groupCommitter) gather(batch []*writeJob) []*writeJob {
 	for yields := 0; ; yields++ {
 	drain:

@@ -19,8 +19,8 @@ type creatable[Row any] interface {
 // (a method expression such as Store.CreatePet, so that the route table
 // can be built without a store), and answers 201 with the row created.
 // refused says what an error of create means to the client for that row
-// (a name taken, a reference to nothing); nil leaves the error as it is
-// (a 503 or a 500).
+// (a name taken, a reference to nothing); when it returns nil, the error
+// is answered as it is (a 503 or a 500).
 func handleCreate[In creatable[Row], Row any](store Store, create func(Store, context.Context, Row) (Row, error), refused func(Row, error) *apiError) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var in In

@@ -632,7 +632,7 @@ func TestPanicAfterStatusAbortsConnection(t *testing.T) {
 	})
 	h := recoverPanics(slog.New(slog.NewTextHandler(io.Discard, nil)))(inner)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(&recorder{ResponseWriter: w}, r) // as logRequests hands it on
+		h.ServeHTTP(&recorder{ResponseWriter: w}, r) // the writer as logRequests hands it on
 	}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL)

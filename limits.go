@@ -72,11 +72,11 @@ type limiter struct {
 }
 
 // limKeyShard holds the states of the keys that hash to it, one heap
-// object each. States kept inline in chunks of consecutive ids were twice
-// as fast among a million keys in random order (one load from memory a
-// check instead of two or three), but a tracked key then costs its whole
-// chunk when few of its neighbours are active: about twelve times the
-// memory a key when a few percent of the keys are active (BENCHMARKS.md).
+// object each. States kept inline in chunks of consecutive ids were faster
+// among a million keys in random order (one load from memory a check
+// instead of two or three), but a tracked key then costs its whole chunk
+// when few of its neighbours are active, many times the memory of a state
+// here (BENCHMARKS.md has both figures).
 type limKeyShard struct {
 	mu sync.Mutex
 	t  map[int64]*limKeyState

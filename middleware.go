@@ -1,11 +1,10 @@
-// middleware.go owns the layers every request passes: its id, its state
-// and log line, panic recovery, and the router that answers unknown paths
-// and methods with a JSON 404 or 405.
+// middleware.go owns the layers every request passes: its id, its log
+// line (which gives it its state, reqstate.go), panic recovery, and the
+// router that answers unknown paths and methods with a JSON 404 or 405.
 
 package main
 
 import (
-	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -148,37 +147,6 @@ func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
 func recorderOf(w http.ResponseWriter) *recorder {
 	rec, _ := w.(*recorder)
 	return rec
-}
-
-// reqState is what the layers of one request tell each other: the key
-// that authenticate resolved, the route that the router matched, and the
-// cause of an error, for the log. It travels in the request's context, so
-// that no check depends on how the ResponseWriter happens to be wrapped.
-type reqState struct {
-	rec     recorder // the response, as logRequests watches it
-	key     *apiKey  // nil: no usable key
-	pattern string
-	err     error
-}
-
-type reqStateKey struct{}
-
-// stateOf returns r's state, or nil when no layer gave it one.
-func stateOf(r *http.Request) *reqState {
-	st, _ := r.Context().Value(reqStateKey{}).(*reqState)
-	return st
-}
-
-// withState returns r with st as its state.
-func withState(r *http.Request, st *reqState) *http.Request {
-	return r.WithContext(context.WithValue(r.Context(), reqStateKey{}, st))
-}
-
-// noteError hands err, the cause of an error answer, to the request log.
-func noteError(r *http.Request, err error) {
-	if st := stateOf(r); st != nil {
-		st.err = err
-	}
 }
 
 // logRequests logs one line per request and counts it in the metrics. It

@@ -1,5 +1,5 @@
-// params.go owns the query-string and path-parameter helpers that the
-// lists share: strict parsing, at most one value per name, positive ids.
+// params.go owns the query-string and path-parameter helpers of the
+// resources: strict parsing, at most one value per name, positive ids.
 
 package main
 

@@ -13,10 +13,11 @@ import (
 	"time"
 )
 
-// rateLimiter is what the request path and the upkeep need of a limiter:
-// count a request of a key or of an address, load and hand out day counts,
-// set and read bans, and forget idle state. The in-process limiter
-// (limits.go) is one.
+// rateLimiter is what the rest of petstore needs of a limiter: the request
+// path counts a request of a key or of an address; serve loads the day
+// counts and the keyring's bans into it; the upkeep takes and returns day
+// counts, reads bans and sweeps; the metrics read its size. The in-process
+// limiter (limits.go) is one.
 type rateLimiter interface {
 	allowKey(id int64, rpm, rpd int64) decision
 	allowAddr(addr netip.Addr) decision

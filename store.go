@@ -1,7 +1,8 @@
 // store.go owns the store's interface: the operations that the handlers,
 // the keyring, the upkeep and the CLI use, the records they read and write,
-// and the errors they may get back. It knows nothing of HTTP and of SQL;
-// SQLite (sqlite*.go) implements it.
+// and the errors they may get back. The interface knows nothing of HTTP or
+// SQL; openStore and isDBError are where its implementations plug in
+// (SQLite, sqlite*.go, is the one today).
 
 package main
 
