@@ -172,8 +172,9 @@ var errUnauthorized = errorf("unauthorized", "a valid API key is required: send 
 
 // authenticate resolves the key of every request under /v1/, once, and
 // hands it on in the request's state, where the limiter, requireKey and
-// the log read it (and any handler that comes to need it). It refuses nothing: a request without a
-// usable key is limited by its address, then refused by requireKey.
+// the log read it (and any handler that comes to need it). It refuses
+// nothing: a request without a usable key is limited by its address, then
+// refused by requireKey.
 func authenticate(keys *keyring) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -116,39 +116,6 @@ func saneRequestID(id string) bool {
 	return true
 }
 
-// recorder watches a response for the request log: its status and size.
-type recorder struct {
-	http.ResponseWriter
-	status int
-	bytes  int64
-}
-
-func (rec *recorder) WriteHeader(status int) {
-	if rec.status == 0 && status >= 200 {
-		rec.status = status
-	}
-	rec.ResponseWriter.WriteHeader(status)
-}
-
-func (rec *recorder) Write(b []byte) (int, error) {
-	if rec.status == 0 {
-		rec.status = http.StatusOK
-	}
-	n, err := rec.ResponseWriter.Write(b)
-	rec.bytes += int64(n)
-	return n, err
-}
-
-func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
-
-// recorderOf returns the request log's recorder, which logRequests hands
-// on as the ResponseWriter, or nil. Only recoverPanics asks, to know
-// whether the status went out: no security check depends on it.
-func recorderOf(w http.ResponseWriter) *recorder {
-	rec, _ := w.(*recorder)
-	return rec
-}
-
 // logRequests logs one line per request and counts it in the metrics. It
 // gives the request its state, and reads the route, the key and the cause
 // of an error from there. It never logs a header or the query, so never a

@@ -1,7 +1,8 @@
 // reqstate.go owns the request's state: what the layers of one request
 // tell each other (the key, the route, the cause of an error), carried in
-// its context. It sits below the middleware, the handlers and the JSON
-// codec, which all write to it.
+// its context, and the recorder that watches its response for the log. It
+// sits below the middleware, the handlers and the JSON codec, which all
+// write to it.
 
 package main
 
@@ -39,4 +40,37 @@ func noteError(r *http.Request, err error) {
 	if st := stateOf(r); st != nil {
 		st.err = err
 	}
+}
+
+// recorder watches a response for the request log: its status and size.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (rec *recorder) WriteHeader(status int) {
+	if rec.status == 0 && status >= 200 {
+		rec.status = status
+	}
+	rec.ResponseWriter.WriteHeader(status)
+}
+
+func (rec *recorder) Write(b []byte) (int, error) {
+	if rec.status == 0 {
+		rec.status = http.StatusOK
+	}
+	n, err := rec.ResponseWriter.Write(b)
+	rec.bytes += int64(n)
+	return n, err
+}
+
+func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
+
+// recorderOf returns the request log's recorder, which logRequests hands
+// on as the ResponseWriter, or nil. Only recoverPanics asks, to know
+// whether the status went out: no security check depends on it.
+func recorderOf(w http.ResponseWriter) *recorder {
+	rec, _ := w.(*recorder)
+	return rec
 }
