@@ -237,10 +237,7 @@ func (cfg *serveConfig) validate() error {
 	// Paths are appended to it ("/categories?..." in a Link): a trailing
 	// slash would make "//categories", which is a 404 here.
 	cfg.publicURL = strings.TrimRight(cfg.publicURL, "/")
-	if err := checkDBPath(cfg.db); err != nil {
-		return err
-	}
-	return nil
+	return checkDBPath(cfg.db)
 }
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
