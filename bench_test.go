@@ -36,7 +36,7 @@ func benchServer(b testing.TB) (http.Handler, string, *sqliteStore) {
 	if err := keys.refresh(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	cfg := serveConfig{env: "production", publicURL: "http://localhost:8080/v1",
+	cfg := serveConfig{env: "production", publicURL: "http://localhost:8080/v1", busyTimeout: defaultBusyTimeout,
 		petsDeprecatedAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), petsSunsetAt: time.Date(2027, 7, 1, 0, 0, 0, 0, time.UTC)}
 	h := newServer(newLogger("text", 0, io.Discard), newRequestLog("text", 0, &logWriter{w: io.Discard}), store, keys, lim, newServerMetrics(lim, store), cfg)
 	return h, secret, store
@@ -84,14 +84,14 @@ func BenchmarkHandlerCreateCategory(b *testing.B) {
 // cache miss costs.
 func BenchmarkListSerialization(b *testing.B) {
 	_, _, store := benchServer(b)
-	l := &categoryLists{store: store}
-	req := httptest.NewRequest("GET", "/v1/categories", nil)
+	l := handleCategoryList(store, "http://x/v1", defaultBusyTimeout).(*categoryLists)
+	ctx := context.Background()
 	b.ReportAllocs()
 	reads := store.categoryListReads.Load()
 	for b.Loop() {
 		l.cached.Store(nil) // else snapshot serves the copy it kept the first time
-		if l.snapshot(req, 0) == nil {
-			b.Fatal("no snapshot")
+		if snap, err := l.snapshot(ctx, 0); snap == nil || err != nil {
+			b.Fatalf("no snapshot: %v", err)
 		}
 	}
 	if n := store.categoryListReads.Load() - reads; n != uint64(b.N) {

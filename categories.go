@@ -16,8 +16,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -67,6 +67,10 @@ func (c newCategory) validate() (Category, *apiError) {
 	if c.Description != nil {
 		if l := utf8.RuneCountInString(*c.Description); l > maxDescriptionLen {
 			return Category{}, errorf("validation_failed", "description must be at most %d characters, got %d", maxDescriptionLen, l)
+		}
+		// PostgreSQL's text cannot hold U+0000: refused on both stores alike.
+		if strings.IndexByte(*c.Description, 0) >= 0 {
+			return Category{}, errorf("validation_failed", "description must not contain U+0000 (NUL)")
 		}
 	}
 	return Category{Name: name, Description: c.Description}, nil
@@ -138,8 +142,17 @@ type categoryLists struct {
 	tooLarge atomic.Bool
 	// reading lets one request at a time read the list into a snapshot:
 	// after a write, every GET in flight finds the copy stale at once, and
-	// they wait for the first one's read instead of each reading it.
-	reading sync.Mutex
+	// they wait for the first one's read instead of each reading it. It is
+	// a channel, so that the wait ends with the request's deadline.
+	reading chan struct{}
+	// failed is when the last read failed, and why (under reading): those
+	// who waited for that read are answered with its failure, not each
+	// left to try again and wait as long.
+	failedAt time.Time
+	failure  error
+	// busy bounds a request's work before it answers 503: its generation,
+	// its wait for a read in flight, and its own read.
+	busy time.Duration
 }
 
 // pageKey names a page of the list: ?after_id=afterID&limit=limit.
@@ -152,12 +165,15 @@ const (
 	maxCachedPage  = 32 << 10
 )
 
-func handleCategoryList(store Store, publicURL string) http.Handler {
+func handleCategoryList(store Store, publicURL string, busy time.Duration) http.Handler {
 	pages, err := lru.New[pageKey, *listSnapshot](maxCachedPages)
 	if err != nil {
 		panic(err) // only for a size below 1
 	}
-	return &categoryLists{store: store, publicURL: publicURL, pages: pages}
+	if busy <= 0 {
+		busy = defaultBusyTimeout
+	}
+	return &categoryLists{store: store, publicURL: publicURL, pages: pages, busy: busy, reading: make(chan struct{}, 1)}
 }
 
 func (l *categoryLists) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -178,16 +194,35 @@ func (l *categoryLists) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var snap *listSnapshot
 	if !l.tooLarge.Load() {
-		gen := l.store.CategoriesGen()
-		if snap = l.cached.Load(); snap == nil || snap.gen != gen {
-			snap = l.snapshot(r, gen)
+		ctx, cancel := context.WithTimeout(r.Context(), l.busy)
+		defer cancel()
+		// On PostgreSQL this asks the database, every time: another
+		// instance may have added a category since the copy was made.
+		gen, err := l.store.CategoriesGen(ctx)
+		if err == nil {
+			if snap = l.cached.Load(); snap == nil || snap.gen != gen {
+				snap, err = l.snapshot(ctx, gen)
+			}
+		}
+		if err != nil {
+			writeError(w, r, unavailableAfter(ctx, err))
+			return
 		}
 	}
-	if snap == nil { // too large to keep, or the database failed: stream
+	if snap == nil { // too large to keep: stream
 		writeJSONArray(w, r, func(fn func(Category) error) error { return l.store.EachCategory(r.Context(), fn) })
 		return
 	}
 	serveSnapshot(w, r, snap)
+}
+
+// unavailableAfter is err, or, when ctx's deadline (the busy timeout) ended
+// the work, errUnavailable: a 503, as the database took too long.
+func unavailableAfter(ctx context.Context, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) && !errors.Is(err, errUnavailable) {
+		return fmt.Errorf("%w: %w", errUnavailable, err)
+	}
+	return err
 }
 
 // serveSnapshot answers with a serialized list or page, or with 304 Not
@@ -214,18 +249,27 @@ var errTooLarge = errors.New("list too large to cache")
 // snapshot returns the list of generation gen or a later one: the one
 // another request read while this one waited, or else it reads and
 // serializes the whole list and keeps it, unless it is larger than
-// maxCachedList. It returns nil when there is nothing to serve from memory.
-func (l *categoryLists) snapshot(r *http.Request, gen uint64) *listSnapshot {
-	l.reading.Lock()
-	defer l.reading.Unlock()
+// maxCachedList. It returns nil, and no error, for a list too large to
+// keep; an error when the read failed, or a read this one waited for.
+func (l *categoryLists) snapshot(ctx context.Context, gen uint64) (*listSnapshot, error) {
+	arrived := time.Now()
+	select {
+	case l.reading <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-l.reading }()
 	if l.tooLarge.Load() {
-		return nil
+		return nil, nil
 	}
 	if snap := l.cached.Load(); snap != nil && snap.gen >= gen {
-		return snap
+		return snap, nil
+	}
+	if l.failure != nil && l.failedAt.After(arrived) {
+		return nil, l.failure
 	}
 	buf := []byte{'['}
-	err := l.store.EachCategory(r.Context(), func(c Category) error {
+	err := l.store.EachCategory(ctx, func(c Category) error {
 		item, err := json.Marshal(c)
 		if err != nil {
 			return err
@@ -242,9 +286,14 @@ func (l *categoryLists) snapshot(r *http.Request, gen uint64) *listSnapshot {
 	if errors.Is(err, errTooLarge) {
 		l.tooLarge.Store(true)
 		l.cached.Store(nil) // never to be served again
+		return nil, nil
 	}
 	if err != nil {
-		return nil
+		err = unavailableAfter(ctx, err)
+		if errors.Is(err, errUnavailable) { // not this reader's client going away
+			l.failedAt, l.failure = time.Now(), err
+		}
+		return nil, err
 	}
 	buf = append(buf, "]\n"...)
 	// Kept even when a write came in meanwhile: it holds at least all of
@@ -253,7 +302,7 @@ func (l *categoryLists) snapshot(r *http.Request, gen uint64) *listSnapshot {
 	// later generation reads again.
 	snap := newSnapshot(gen, buf)
 	l.cached.Store(snap)
-	return snap
+	return snap, nil
 }
 
 // newSnapshot returns the snapshot of a serialized body, with its ETag: a
@@ -302,12 +351,21 @@ func (l *categoryLists) servePage(w http.ResponseWriter, r *http.Request, q url.
 		afterID = n
 	}
 	key := pageKey{afterID: afterID, limit: limit}
-	gen := l.store.CategoriesGen()
 	snap, ok := l.pages.Get(key)
-	if !ok || snap.linkHeader == nil && snap.gen != gen { // a full page never goes stale
-		var err error
-		if snap, err = l.page(r, key, gen); err != nil {
-			writeError(w, r, err)
+	if ok && snap.linkHeader != nil { // a full page never goes stale
+		serveSnapshot(w, r, snap)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), l.busy)
+	defer cancel()
+	gen, err := l.store.CategoriesGen(ctx)
+	if err != nil {
+		writeError(w, r, unavailableAfter(ctx, err))
+		return
+	}
+	if !ok || snap.gen != gen {
+		if snap, err = l.page(ctx, key, gen); err != nil {
+			writeError(w, r, unavailableAfter(ctx, err))
 			return
 		}
 	}
@@ -315,12 +373,15 @@ func (l *categoryLists) servePage(w http.ResponseWriter, r *http.Request, q url.
 }
 
 // page reads and serializes one page of generation gen, and keeps it if it
-// is small enough. Categories are never changed or deleted and their ids
-// only grow (AUTOINCREMENT), so a full page stays right forever; a page
-// that is not full (the end of the list) is right until the next write.
-func (l *categoryLists) page(r *http.Request, key pageKey, gen uint64) (*listSnapshot, error) {
+// is small enough. Categories are never changed or deleted, their ids only
+// grow, and no id becomes visible after a higher one (SQLite's one writer;
+// PostgreSQL's creates hold an advisory lock until they commit), so a full page
+// stays right forever; a page that is not full (the end of the list) is
+// right until the next write. It is read after gen was, so it holds at least
+// generation gen: a write that came in meanwhile only makes it newer.
+func (l *categoryLists) page(ctx context.Context, key pageKey, gen uint64) (*listSnapshot, error) {
 	page := make([]Category, 0, min(key.limit, 100))
-	err := l.store.EachCategoryAfter(r.Context(), key.afterID, int(key.limit), func(c Category) error {
+	err := l.store.EachCategoryAfter(ctx, key.afterID, int(key.limit), func(c Category) error {
 		page = append(page, c)
 		return nil
 	})
@@ -336,7 +397,7 @@ func (l *categoryLists) page(r *http.Request, key pageKey, gen uint64) (*listSna
 	if full {
 		snap.linkHeader = []string{fmt.Sprintf("<%s/categories?limit=%d&after_id=%d>; rel=\"next\"", l.publicURL, key.limit, page[len(page)-1].ID)}
 	}
-	if len(snap.body) <= maxCachedPage && (full || l.store.CategoriesGen() == gen) {
+	if len(snap.body) <= maxCachedPage {
 		l.pages.Add(key, snap)
 	}
 	return snap, nil

@@ -1,8 +1,14 @@
 package main
 
 import (
+	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestValidName(t *testing.T) {
@@ -63,4 +69,86 @@ func TestFoldName(t *testing.T) {
 			t.Errorf("foldName(%q) == foldName(%q); want distinct", p[0], p[1])
 		}
 	}
+}
+
+// stalledStore is a store whose category list never comes while the
+// request waits: a database that stopped answering.
+type stalledStore struct {
+	Store
+	gen   atomic.Uint64
+	reads atomic.Int64
+}
+
+func (s *stalledStore) CategoriesGen(context.Context) (uint64, error) { return s.gen.Add(1), nil }
+
+func (s *stalledStore) EachCategory(ctx context.Context, fn func(Category) error) error {
+	s.reads.Add(1)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestListAnswers503WithinBusyTimeout sends GETs at once to a list whose
+// database stalls: each is answered 503 within about the busy timeout of
+// its arrival, not one busy timeout after another as they queue for the
+// read, and those that waited for a failed read share its failure.
+func TestListAnswers503WithinBusyTimeout(t *testing.T) {
+	const busy = 300 * time.Millisecond
+	s := &stalledStore{}
+	h := handleCategoryList(s, "http://127.0.0.1/v1", busy)
+	const n = 8
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			start := time.Now()
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest("GET", "/v1/categories", nil))
+			took := time.Since(start)
+			if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
+				t.Errorf("GET %d: %d %s, want 503 with Retry-After", i, w.Code, w.Body)
+			}
+			// Queued one behind the other, the last would take n x busy.
+			if took > 3*busy {
+				t.Errorf("GET %d answered after %v; the busy timeout is %v", i, took, busy)
+			}
+		})
+	}
+	wg.Wait()
+	if r := s.reads.Load(); r >= n {
+		t.Errorf("%d reads for %d GETs: the waiters did not share the failed read", r, n)
+	}
+}
+
+// TestListReaderLeavingIsNotAFailure: the GET reading the list goes away
+// (its client closed the connection) while others wait for its read. They
+// must not be answered with its cancellation, a 500: they read themselves,
+// and here, the database stalling, get 503.
+func TestListReaderLeavingIsNotAFailure(t *testing.T) {
+	const busy = 300 * time.Millisecond
+	s := &stalledStore{}
+	h := handleCategoryList(s, "http://127.0.0.1/v1", busy)
+	ctx, cancel := context.WithCancel(context.Background())
+	leaving := make(chan struct{})
+	go func() {
+		defer close(leaving)
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/v1/categories", nil).WithContext(ctx))
+	}()
+	for deadline := time.Now().Add(5 * time.Second); s.reads.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first GET did not start reading within 5s")
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest("GET", "/v1/categories", nil))
+			if w.Code != http.StatusServiceUnavailable {
+				t.Errorf("GET %d waiting for the read of a client that left: %d %s, want 503", i, w.Code, w.Body)
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond) // let them queue for the read (if late, they pass without testing this)
+	cancel()
+	<-leaving
+	wg.Wait()
 }

@@ -30,7 +30,7 @@ func usagef(format string, args ...any) error {
 const usageText = `petstore: the pet store API server
 
 Usage:
-  petstore serve [--db PATH] [--addr HOST:PORT] [--admin-addr HOST:PORT] [--env production|staging]
+  petstore serve [--db PATH|URL] [--db-max-conns N] [--addr HOST:PORT] [--admin-addr HOST:PORT] [--env production|staging]
                 [--public-url URL] [--trust-proxy] [--anon-rpm N] [--max-addrs N]
                 [--ban-threshold N] [--ban-duration D]
                 [--pets-deprecated-at DATE] [--pets-sunset-at DATE] [--busy-timeout D] [--shutdown-timeout D]
@@ -41,10 +41,13 @@ Usage:
   petstore keys revoke ID
   petstore keys unban ID
   petstore backup DEST
+  petstore copy --from PATH|URL --to PATH|URL
   petstore migrate
   petstore version
 
-Every command takes --db PATH (default petstore.db). Every flag can also be
+Every command takes --db PATH (default petstore.db): a SQLite file, or a
+postgres:// URL (the PG* variables and ~/.pgpass fill in what it leaves
+out, so that a password need not be on the command line). Every flag can also be
 set as PETSTORE_<FLAG> in the environment (--public-url: PETSTORE_PUBLIC_URL);
 a flag on the command line wins. 'petstore COMMAND -h' lists a command's flags.
 `
@@ -66,6 +69,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runBackup(ctx, rest, getenv, stdout)
 	case "migrate":
 		return runMigrate(ctx, rest, getenv, stdout)
+	case "copy":
+		return runCopy(ctx, rest, getenv, stdout)
 	case "version":
 		fs := newFlagSet("version")
 		dbFlag(fs) // "All subcommands take --db"; version does not open it
@@ -91,22 +96,35 @@ func newFlagSet(name string) *flag.FlagSet {
 }
 
 func dbFlag(fs *flag.FlagSet) *string {
-	return fs.String("db", "petstore.db", "path of the SQLite database `file`")
+	return fs.String("db", "petstore.db", "the SQLite database `file`, or a postgres:// URL")
 }
 
-// checkDBPath refuses a --db that SQLite would not take as the file it
-// names: an empty one, one with '?' or '#', which SQLite's driver reads
-// as the start of a query, or one starting with file:, which SQLite reads
-// as a URI and opens another file than the one checked and created (0600).
-func checkDBPath(path string) error {
-	if path == "" {
+// checkDBPath refuses a --db that names neither a PostgreSQL database nor a
+// SQLite file as it is written: an empty one; a URL of another scheme; for
+// SQLite, one with '?' or '#', which SQLite's driver reads as the start of
+// a query, or one starting with file:, which SQLite reads as a URI and
+// opens another file than the one checked and created (0600). A URL is
+// shown with its password masked.
+func checkDBPath(db string) error {
+	if db == "" {
 		return usagef("no database path given (--db)")
 	}
-	if strings.ContainsAny(path, "?#") {
-		return usagef("database path %q: '?' and '#' are not allowed in the path", path)
+	if isPostgresURL(db) {
+		return nil // postgresConfig checks the rest
 	}
-	if strings.HasPrefix(path, "file:") {
-		return usagef("database path %q: SQLite reads a path starting with file: as a URI; write ./%s", path, path)
+	if scheme, _, ok := strings.Cut(db, "://"); ok {
+		return usagef("--db %s: %q URLs are not supported; --db takes a SQLite file path or a postgres:// URL", redactDB(db), scheme)
+	}
+	for _, scheme := range []string{"postgres:", "postgresql:"} {
+		if len(db) >= len(scheme) && strings.EqualFold(db[:len(scheme)], scheme) {
+			return usagef("--db: a PostgreSQL URL starts with postgres:// (with two slashes)")
+		}
+	}
+	if strings.ContainsAny(db, "?#") {
+		return usagef("database path %q: '?' and '#' are not allowed in the path", db)
+	}
+	if strings.HasPrefix(db, "file:") {
+		return usagef("database path %q: SQLite reads a path starting with file: as a URI; write ./%s", db, db)
 	}
 	return nil
 }
@@ -169,6 +187,7 @@ func checkEnv(env string) error {
 // serveConfig is the configuration of the serve command.
 type serveConfig struct {
 	db               string
+	dbMaxConns       int
 	addr             string
 	adminAddr        string
 	env              string
@@ -180,6 +199,9 @@ type serveConfig struct {
 	banDuration      time.Duration
 	petsDeprecatedAt time.Time
 	petsSunsetAt     time.Time
+	redis            string // a redis:// URL, or empty for in-process limits only
+	redisTimeout     time.Duration
+	redisPrefix      string
 
 	busyTimeout       time.Duration
 	shutdownTimeout   time.Duration
@@ -220,11 +242,15 @@ func (cfg *serveConfig) validate() error {
 		return usagef("--log-format must be text or json, got %q", cfg.logFormat)
 	case cfg.shutdownTimeout < 0:
 		return usagef("--shutdown-timeout must not be negative, got %v", cfg.shutdownTimeout)
+	case cfg.dbMaxConns < 1:
+		return usagef("--db-max-conns must be at least 1, got %d", cfg.dbMaxConns)
 	case cfg.busyTimeout < time.Millisecond:
 		return usagef("--busy-timeout must be at least 1ms, got %v", cfg.busyTimeout)
 	case cfg.readHeaderTimeout <= 0, cfg.readTimeout <= 0, cfg.writeTimeout <= 0, cfg.idleTimeout <= 0:
 		return usagef("--read-header-timeout, --read-timeout, --write-timeout and --idle-timeout must be positive, got %v, %v, %v, %v",
 			cfg.readHeaderTimeout, cfg.readTimeout, cfg.writeTimeout, cfg.idleTimeout)
+	case cfg.redisTimeout < time.Millisecond:
+		return usagef("--redis-timeout must be at least 1ms, got %v", cfg.redisTimeout)
 	case cfg.petsSunsetAt.Before(cfg.petsDeprecatedAt):
 		return usagef("--pets-sunset-at (%s) must not be before --pets-deprecated-at (%s)",
 			cfg.petsSunsetAt.Format(time.RFC3339), cfg.petsDeprecatedAt.Format(time.RFC3339))
@@ -237,13 +263,19 @@ func (cfg *serveConfig) validate() error {
 	// Paths are appended to it ("/categories?..." in a Link): a trailing
 	// slash would make "//categories", which is a 404 here.
 	cfg.publicURL = strings.TrimRight(cfg.publicURL, "/")
+	if cfg.redis != "" {
+		if _, err := parseRedisURL(cfg.redis); err != nil {
+			return usagef("%v", err)
+		}
+	}
 	return checkDBPath(cfg.db)
 }
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("serve")
 	var cfg serveConfig
-	fs.StringVar(&cfg.db, "db", "petstore.db", "path of the SQLite database `file`")
+	fs.StringVar(&cfg.db, "db", "petstore.db", "the SQLite database `file`, or a postgres:// URL")
+	fs.IntVar(&cfg.dbMaxConns, "db-max-conns", defaultMaxConns, "PostgreSQL connections this instance opens at most; instances x this must stay below the server's max_connections")
 	fs.StringVar(&cfg.addr, "addr", ":8080", "`host:port` to listen on")
 	fs.StringVar(&cfg.env, "env", "production", "environment: production or staging; only its keys are accepted")
 	fs.StringVar(&cfg.publicURL, "public-url", "http://localhost:8080/v1", "the base `URL` clients use, advertised in the OpenAPI document")
@@ -257,7 +289,10 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	cfg.petsSunsetAt = time.Date(2027, 7, 1, 0, 0, 0, 0, time.UTC)
 	fs.Var((*dateFlag)(&cfg.petsDeprecatedAt), "pets-deprecated-at", "when GET /v1/pets/{petId} was deprecated: YYYY-MM-DD (00:00 UTC) or RFC 3339")
 	fs.Var((*dateFlag)(&cfg.petsSunsetAt), "pets-sunset-at", "when GET /v1/pets/{petId} stops working (410): YYYY-MM-DD (00:00 UTC) or RFC 3339")
-	fs.DurationVar(&cfg.busyTimeout, "busy-timeout", defaultBusyTimeout, "how long a write waits for a database locked by another process before it answers 503")
+	fs.StringVar(&cfg.redis, "redis", "", "a redis:// or rediss:// `URL`: rate limits shared by every instance that uses it; empty keeps them in this process")
+	fs.DurationVar(&cfg.redisTimeout, "redis-timeout", defaultRedisTimeout, "how long a request waits for Redis before this instance falls back to its own limits")
+	fs.StringVar(&cfg.redisPrefix, "redis-prefix", "petstore:", "what the names of petstore's keys in Redis begin with")
+	fs.DurationVar(&cfg.busyTimeout, "busy-timeout", defaultBusyTimeout, "how long an operation waits for the database (a SQLite lock another process holds; PostgreSQL's connection, locks and answer) before it answers 503")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long requests in flight may take to finish on SIGTERM")
 	fs.DurationVar(&cfg.readHeaderTimeout, "read-header-timeout", 5*time.Second, "how long a client may take to send its request headers")
 	fs.DurationVar(&cfg.readTimeout, "read-timeout", 30*time.Second, "how long a client may take to send a whole request")
@@ -318,15 +353,15 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	if err := checkDBPath(*db); err != nil {
 		return err
 	}
-	store, err := openStore(ctx, *db, true, time.Now, defaultBusyTimeout)
+	store, err := openStore(ctx, *db, storeOptions{migrate: true, now: time.Now, busy: defaultBusyTimeout, maxConns: 1})
 	if err != nil {
 		return err
 	}
-	latest, err := latestMigration()
+	version, err := store.SchemaVersion(ctx)
 	if err != nil {
 		return errors.Join(err, store.Close())
 	}
-	fmt.Fprintf(stdout, "%s: schema at version %d\n", *db, latest)
+	fmt.Fprintf(stdout, "%s: schema at version %d\n", redactDB(*db), version)
 	return store.Close()
 }
 
@@ -342,6 +377,9 @@ func runBackup(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	if err := checkDBPath(*db); err != nil {
 		return err
+	}
+	if isPostgresURL(*db) {
+		return usagef("backup copies a SQLite file; back up PostgreSQL with pg_dump (pg_dump --format=custom --file=DEST DBNAME)")
 	}
 	if err := backupDatabase(ctx, *db, pos[0], defaultBusyTimeout); err != nil {
 		return err

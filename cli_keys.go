@@ -90,12 +90,12 @@ func withStore(ctx context.Context, path string, create bool, do func(Store) err
 	if err := checkDBPath(path); err != nil {
 		return err
 	}
-	if !create {
+	if !create && !isPostgresURL(path) {
 		if err := checkDatabaseFile(path, false); err != nil {
 			return err
 		}
 	}
-	store, err := openStore(ctx, path, true, time.Now, defaultBusyTimeout)
+	store, err := openStore(ctx, path, storeOptions{migrate: true, now: time.Now, busy: defaultBusyTimeout, maxConns: 2})
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,7 @@ import (
 )
 
 func TestKeysCommands(t *testing.T) {
-	db := filepath.Join(t.TempDir(), "k.db")
+	db := testDB(t)
 	out, errOut, err := runCLI(t, nil, "keys", "create", "--db", db, "--plan", "pro", "--name", "mobile app")
 	if err != nil {
 		t.Fatal(err)
@@ -140,6 +140,15 @@ func TestUsageErrors(t *testing.T) {
 		{"keys create on a db path with a fragment", []string{"keys", "create", "--db", db + "#x", "--plan", "free"}, nil, "'#'"},
 		{"keys revoke on an empty db path", []string{"keys", "revoke", "1", "--db", ""}, nil, "--db"},
 		{"keys unban on a db path read as a URI", []string{"keys", "unban", "1", "--db", "file:" + db}, nil, "URI"},
+		{"backup of a PostgreSQL database", []string{"backup", "--db", "postgres://u:hunter2@127.0.0.1:1/x", db + ".copy"}, nil, "pg_dump"},
+		{"db URL of another scheme", []string{"migrate", "--db", "mysql://u:hunter2@127.0.0.1/x"}, nil, "mysql"},
+		{"db URL with one slash", []string{"keys", "list", "--db", "postgres:/u:hunter2@127.0.0.1/x"}, nil, "postgres://"},
+		{"db URL that does not parse", []string{"migrate", "--db", "postgres://u:hunter2@127.0.0.1:port/x"}, nil, "--db"},
+		{"db URL with a slash in its password", []string{"migrate", "--db", "postgres://u:hunter2/x@127.0.0.1/db"}, nil, "percent-encode"},
+		{"db URL with a stray % in its password", []string{"migrate", "--db", "postgres://u:hunter2%zz@127.0.0.1/db"}, nil, "percent-encode"},
+		{"db URL pgx refuses", []string{"migrate", "--db", "postgres://u:hunter2@127.0.0.1/x?sslmode=sometimes"}, nil, "sslmode"},
+		{"db URL with the password in its query", []string{"migrate", "--db", "postgres://u@127.0.0.1/x?password=hunter2&sslmode=sometimes"}, nil, "xxxxx"},
+		{"no connections", []string{"serve", "--db", "postgres://u:hunter2@127.0.0.1/x", "--db-max-conns", "0"}, nil, "--db-max-conns"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -150,6 +159,9 @@ func TestUsageErrors(t *testing.T) {
 			}
 			if line := msg.String(); strings.Count(line, "\n") != 1 || !strings.Contains(line, tt.want) {
 				t.Errorf("message = %q, want one line naming %q", line, tt.want)
+			}
+			if strings.Contains(msg.String(), "hunter2") {
+				t.Errorf("message = %q shows the database password", msg.String())
 			}
 		})
 	}
@@ -334,7 +346,7 @@ func TestKilledServerKeepsAcknowledgedWrites(t *testing.T) {
 // one new database at once, as a server and a "keys create" starting
 // together do: all must succeed and leave it clean at the latest version.
 func TestConcurrentMigrationsLeaveDatabaseClean(t *testing.T) {
-	latest, err := latestMigration()
+	latest, err := latestMigration("migrations/sqlite")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,7 +387,7 @@ func TestBackupTakesAnySchemaAsItIs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	init1, err := migrationFiles.ReadFile("migrations/0001_init.up.sql")
+	init1, err := migrationFiles.ReadFile("migrations/sqlite/0001_init.up.sql")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,6 +51,7 @@ var fuzzBodySeeds = []string{
 	`{"petId":{},"quantity":[]}`,
 	`{"a":{"x":1,"x":2}}`,
 	`{"name":"x","description":"` + strings.Repeat("d", 1001) + `"}`,
+	`{"name":"x","description":"a\u0000b"}`,
 }
 
 // knownCodes are the Error codes that each status may carry (DECISIONS.md, section 2).
@@ -154,6 +155,9 @@ func FuzzDecodeCategory(f *testing.F) {
 		checkName(t, c.Name)
 		if in.Description != nil && utf8.RuneCountInString(*in.Description) > maxDescriptionLen {
 			t.Fatalf("description of %d code points accepted", utf8.RuneCountInString(*in.Description))
+		}
+		if in.Description != nil && strings.ContainsRune(*in.Description, 0) {
+			t.Fatalf("description with U+0000 accepted")
 		}
 		if c.Description != in.Description {
 			t.Fatalf("description %v validated into %v", in.Description, c.Description)

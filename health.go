@@ -1,5 +1,6 @@
 // health.go owns the health checks: liveness (/healthz) and readiness
-// (/readyz: the database answers), on both listeners.
+// (/readyz: the database answers; its body says where rate limits are
+// kept), on both listeners.
 
 package main
 
@@ -16,7 +17,7 @@ func handleHealth(env string) http.Handler {
 	})
 }
 
-func handleReady(store Store) http.Handler {
+func handleReady(store Store, lim rateLimiter) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
@@ -26,6 +27,15 @@ func handleReady(store Store) http.Handler {
 			writeError(w, r, errorf("unavailable", "the database is not reachable"))
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		// Redis that does not answer leaves the instance ready: it limits
+		// requests on its own meanwhile (DECISIONS.md section 8).
+		body := map[string]string{"status": "ready"}
+		if rl, ok := lim.(*redisLimiter); ok {
+			body["limits"], body["redis"] = "local", "not answering"
+			if rl.up.Load() {
+				body["limits"], body["redis"] = "redis", "up"
+			}
+		}
+		writeJSON(w, http.StatusOK, body)
 	})
 }

@@ -156,12 +156,7 @@ func (l *limiter) allowKey(id int64, rpm, rpd int64) decision {
 		return limBanned(until, now, rpm, rpd)
 	}
 	st.setRPM(now, rpm)
-	if day := limDay(now); day > st.day {
-		if st.pending > 0 {
-			s.stale = append(s.stale, dayDelta{id, s.dayString(st.day), st.pending})
-		}
-		st.day, st.count, st.pending = day, 0, 0
-	}
+	s.toDay(id, st, limDay(now))
 	minuteOK := rpm == 0 || st.tokens >= limTokenUnit
 	dayOK := rpd == 0 || st.count < rpd
 	banned := false
@@ -196,6 +191,13 @@ func (l *limiter) allowKey(id int64, rpm, rpd int64) decision {
 		}
 		return limBanned(banUntil, now, rpm, rpd)
 	}
+	return keyDecision(now, rpm, rpd, b, count, day, minuteOK, dayOK)
+}
+
+// keyDecision is the answer for a key's request at now, given its bucket
+// and day count after the request (which consumed from them only if it was
+// allowed: minuteOK and dayOK).
+func keyDecision(now, rpm, rpd int64, b limBucket, count int64, day int32, minuteOK, dayOK bool) decision {
 	d := decision{Allowed: minuteOK && dayOK, MinuteRPM: rpm, DayRPD: rpd}
 	midnight := (int64(day) + 1) * limDayNanos
 	dayLeft := max(0, rpd-count)

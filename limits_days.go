@@ -67,10 +67,56 @@ func (l *limiter) returnDayDeltas(ds []dayDelta) {
 	}
 }
 
+// toDay moves key id's state st on to day if that is a later one: its
+// count starts again at 0, and its increments not yet taken keep their day.
+func (s *limKeyShard) toDay(id int64, st *limKeyState, day int32) {
+	if day > st.day {
+		if st.pending > 0 {
+			s.stale = append(s.stale, dayDelta{id, s.dayString(st.day), st.pending})
+		}
+		st.day, st.count, st.pending = day, 0, 0
+	}
+}
+
 func (s *limKeyShard) dayString(day int32) string {
 	c := &s.days[day&1]
 	if c.s == "" || c.day != day {
 		c.day, c.s = day, time.Unix(int64(day)*86400, 0).UTC().Format(time.DateOnly)
 	}
 	return c.s
+}
+
+// known returns what this limiter knows of key id for a shared limiter
+// (limits_redis.go) to start from: its count for today and that day, and
+// the end of its ban (Unix ns, 0 for none).
+func (l *limiter) known(id int64) (count int64, day int32, banUntil int64) {
+	today := limDay(l.now().UnixNano())
+	s := l.keyShard(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.t[id]
+	if st == nil {
+		return 0, today, 0
+	}
+	if st.day == today {
+		count = st.count
+	}
+	return count, today, st.banUntil
+}
+
+// countAllowed counts a request of key id that a shared limiter allowed:
+// the day count goes to the database from here, as if this limiter had
+// allowed it. The minute bucket is not touched.
+func (l *limiter) countAllowed(id int64) {
+	now := l.now().UnixNano()
+	s := l.keyShard(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.state(id)
+	s.toDay(id, st, limDay(now))
+	st.count++
+	if st.pending == 0 {
+		s.dirty = append(s.dirty, id)
+	}
+	st.pending++
 }

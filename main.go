@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -48,7 +49,10 @@ func exitCode(err error, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintf(stderr, "petstore: %v\n", err)
+	// Some errors (pgx's, of a connection that failed at every address)
+	// span lines: the message stays one line, for a log shipper.
+	msg := strings.NewReplacer("\n\t", " ", "\n", " ").Replace(err.Error())
+	fmt.Fprintf(stderr, "petstore: %s\n", msg)
 	var ue *usageError
 	if errors.As(err, &ue) {
 		return 2
@@ -65,7 +69,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	logs := newLogWriter(stderr)
 	defer logs.Flush() // registered first: runs after every other deferred log line
 	logger := newLogger(cfg.logFormat, cfg.logLevel, logs)
-	store, err := openStore(ctx, cfg.db, true, time.Now, cfg.busyTimeout)
+	store, err := openStore(ctx, cfg.db, storeOptions{migrate: true, now: time.Now, busy: cfg.busyTimeout, maxConns: cfg.dbMaxConns})
 	if err != nil {
 		return err
 	}
@@ -88,9 +92,19 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		BanDuration:  cfg.banDuration,
 		OnBan:        func(id int64, until time.Time) { bans.push(keyBan{id, until}) },
 	})
-	metrics := newServerMetrics(lim, store)
+	var limits rateLimiter = lim
+	var shared *redisLimiter
+	if cfg.redis != "" {
+		if shared, err = newRedisLimiter(ctx, redisOptions{url: cfg.redis, prefix: cfg.redisPrefix, timeout: cfg.redisTimeout}, lim, logger); err != nil {
+			return err
+		}
+		defer shared.close() // run closes it too; this covers a start that fails
+		limits = shared
+	}
+	metrics := newServerMetrics(limits, store)
+	metrics.limitsShared(shared)
 	metrics.set.NewGauge("petstore_log_bytes_dropped_total", func() float64 { return float64(logs.lost.Load()) })
-	keys := newKeyring(store, cfg.env, func(k *apiKey) { lim.setBan(k.ID, k.BannedUntil) })
+	keys := newKeyring(store, cfg.env, func(k *apiKey) { limits.setBan(k.ID, k.BannedUntil) })
 	if err := keys.refresh(ctx); err != nil {
 		return err
 	}
@@ -108,7 +122,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, unwrapOpError(err))
 	}
 	defer ln.Close()
-	servers := []*http.Server{newHTTPServer(newServer(logger, newRequestLog(cfg.logFormat, cfg.logLevel, logs), store, keys, lim, metrics, cfg), cfg, logger)}
+	servers := []*http.Server{newHTTPServer(newServer(logger, newRequestLog(cfg.logFormat, cfg.logLevel, logs), store, keys, limits, metrics, cfg), cfg, logger)}
 	listeners := []net.Listener{ln}
 	if cfg.adminAddr != "" {
 		aln, err := net.Listen("tcp", cfg.adminAddr)
@@ -116,7 +130,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 			return fmt.Errorf("listen on %s (--admin-addr): %w", cfg.adminAddr, unwrapOpError(err))
 		}
 		defer aln.Close()
-		servers = append(servers, newHTTPServer(newAdminServer(store, metrics, cfg), cfg, logger))
+		servers = append(servers, newHTTPServer(newAdminServer(store, limits, metrics, cfg), cfg, logger))
 		listeners = append(listeners, aln)
 	}
 	if err := createFirstKey(ctx, store, keys, cfg.env, stderr); err != nil {
@@ -134,7 +148,10 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		wg.Wait()
 	}()
 	wg.Go(func() { keys.watch(bgCtx, time.Second, logger) })
-	up := &upkeep{lim: lim, store: store, bans: bans, m: metrics, log: logger}
+	if shared != nil {
+		wg.Go(func() { shared.run(bgCtx) })
+	}
+	up := &upkeep{lim: limits, store: store, bans: bans, m: metrics, log: logger, shared: isPostgresURL(cfg.db), now: time.Now}
 	wg.Go(func() { up.run(bgCtx) })
 	wg.Go(func() { logs.flushEvery(bgCtx, 100*time.Millisecond) })
 
@@ -142,9 +159,12 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	for i, srv := range servers {
 		go func() { serveErr <- srv.Serve(listeners[i]) }()
 	}
-	attrs := []any{"addr", ln.Addr().String(), "env", cfg.env, "db", cfg.db, "version", buildVersion()}
+	attrs := []any{"addr", ln.Addr().String(), "env", cfg.env, "db", redactDB(cfg.db), "version", buildVersion()}
 	if cfg.adminAddr != "" {
 		attrs = append(attrs, "admin_addr", listeners[1].Addr().String())
+	}
+	if cfg.redis != "" {
+		attrs = append(attrs, "redis", redactDB(cfg.redis))
 	}
 	logger.Info("listening", attrs...)
 	logs.Flush()
@@ -200,13 +220,9 @@ func unwrapOpError(err error) error {
 // createFirstKey creates a free key and prints it once to stderr when the
 // database has no keys at all, so that a new user can call the API at once.
 func createFirstKey(ctx context.Context, store Store, keys *keyring, env string, stderr io.Writer) error {
-	has, err := store.HasKeys(ctx)
-	if err != nil || has {
-		return err
-	}
 	secret := newKeySecret(env)
-	k, err := store.CreateKey(ctx, hashKey(secret), "first key", "free", 0, 0, env)
-	if err != nil {
+	k, created, err := store.CreateFirstKey(ctx, hashKey(secret), "first key", env)
+	if err != nil || !created {
 		return err
 	}
 	fmt.Fprintf(stderr, "petstore: the database had no API keys, so this free %s key (id %d) was created.\n"+

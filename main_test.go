@@ -110,12 +110,36 @@ func logAddr(re *regexp.Regexp, log string) string {
 	return m[1] + m[2]
 }
 
+// testRedisPrefixes holds the Redis key prefix of each database a test
+// server ran on, so that servers on one database share their limits, as
+// instances of one deployment do, and a restarted one finds them again.
+var testRedisPrefixes sync.Map
+
+// testRedisArgs returns the flags that put a test server's rate limits in
+// Redis when PETSTORE_TEST_REDIS is set (under a prefix of the database's
+// own), and none when it is not. The timeout is wide: under the race
+// detector, with tests in parallel, 50 ms is not always enough, and a test
+// that fell back to local limits would count differently.
+func testRedisArgs(t *testing.T, db string) []string {
+	t.Helper()
+	if os.Getenv(redisEnv) == "" {
+		return nil
+	}
+	u := needRedis(t)
+	prefix, ok := testRedisPrefixes.Load(db)
+	if !ok {
+		prefix, _ = testRedisPrefixes.LoadOrStore(db, redisTestPrefix(t, u))
+	}
+	return []string{"--redis", u, "--redis-prefix", prefix.(string), "--redis-timeout", "5s"}
+}
+
 // startServer runs "petstore serve" through run on a random loopback port
-// with a temp database (or args' --db) and a business key, and waits until
-// it answers /healthz.
+// with a fresh database (testDB: SQLite, or PostgreSQL when
+// PETSTORE_TEST_POSTGRES is set; limits in Redis when PETSTORE_TEST_REDIS
+// is) and a business key, and waits until it answers /healthz.
 func startServer(t *testing.T, args ...string) *testServer {
 	t.Helper()
-	db := filepath.Join(t.TempDir(), "petstore.db")
+	db := testDB(t)
 	key := createKey(t, db, "--plan", "business", "--name", "test")
 	return startServerOn(t, db, key, args...)
 }
@@ -125,7 +149,8 @@ func startServerOn(t *testing.T, db, key string, args ...string) *testServer {
 	ctx, cancel := context.WithCancel(context.Background())
 	stderr := &syncBuffer{}
 	done := make(chan error, 1)
-	all := append([]string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--db", db}, args...)
+	all := append([]string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--db", db}, testRedisArgs(t, db)...)
+	all = append(all, args...) // after ours: a test's own --redis wins
 	go func() { done <- run(ctx, all, envFrom(nil), io.Discard, stderr) }()
 	ts := &testServer{db: db, key: key, stderr: stderr}
 	ts.client = contractClient(t, args)
@@ -227,6 +252,11 @@ func (ts *testServer) do(t *testing.T, method, path, key, body string, header ..
 // send is do without the test: it returns what failed, for goroutines
 // other than the test's, where t.Fatal must not be called.
 func (ts *testServer) send(method, path, key, body string, header ...string) (response, error) {
+	return ts.sendVia(ts.client, method, path, key, body, header...)
+}
+
+// sendVia is send through client.
+func (ts *testServer) sendVia(client *http.Client, method, path, key, body string, header ...string) (response, error) {
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
@@ -250,7 +280,7 @@ func (ts *testServer) send(method, path, key, body string, header ...string) (re
 			set[header[i]] = true
 		}
 	}
-	resp, err := ts.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return response{}, err
 	}
@@ -500,6 +530,21 @@ func TestKeyChangesReachRunningServer(t *testing.T) {
 	waitStatus(t, ts, fresh, 401)
 }
 
+// clearOfMidnight waits, if the next 00:00 UTC is less than span away, until
+// it has passed, so that a test which counts requests for today and takes
+// less than span starts and ends on the same day. The server's day follows
+// the wall clock, which a test in another process cannot inject; the wait is
+// bounded by span and happens only in the last span of a day.
+func clearOfMidnight(t *testing.T, span time.Duration) {
+	t.Helper()
+	now := time.Now().UTC()
+	midnight := now.Truncate(24 * time.Hour).Add(24 * time.Hour)
+	if left := midnight.Sub(now); left < span {
+		t.Logf("waiting %v for 00:00 UTC to pass", left.Round(time.Millisecond))
+		time.Sleep(left + 100*time.Millisecond)
+	}
+}
+
 // waitStatus polls GET /v1/categories with key until it answers want, and
 // fails if that takes more than the 2 seconds that DECISIONS.md allows.
 func waitStatus(t *testing.T, ts *testServer, key string, want int) {
@@ -672,7 +717,8 @@ func TestConcurrentCreates(t *testing.T) {
 }
 
 func TestBackupWhileWriting(t *testing.T) {
-	ts := startServer(t)
+	db := filepath.Join(t.TempDir(), "petstore.db") // backup is SQLite's
+	ts := startServerOn(t, db, createKey(t, db, "--plan", "business"))
 	stop := make(chan struct{})
 	var created sync.WaitGroup
 	var mu sync.Mutex
@@ -899,7 +945,7 @@ func TestLargeListIsStreamed(t *testing.T) {
 // still sees new rows.
 func TestTooLargeListIsNotReadTwice(t *testing.T) {
 	s := testStore(t, filepath.Join(t.TempDir(), "big.db"), true)
-	h := handleCategoryList(s, "http://127.0.0.1/v1").(*categoryLists)
+	h := handleCategoryList(s, "http://127.0.0.1/v1", defaultBusyTimeout).(*categoryLists)
 	get := func() []Category {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, httptest.NewRequest("GET", "/v1/categories", nil))

@@ -76,6 +76,21 @@ func newServerMetrics(lim rateLimiter, store Store) *serverMetrics {
 	return m
 }
 
+// limitsShared adds the metrics of the Redis limiter r, if there is one.
+func (m *serverMetrics) limitsShared(r *redisLimiter) {
+	if r == nil {
+		return
+	}
+	m.set.NewGauge("petstore_ratelimit_backend_up", func() float64 {
+		if r.up.Load() {
+			return 1
+		}
+		return 0
+	})
+	m.set.NewGauge("petstore_redis_calls_total", func() float64 { return float64(r.calls.Load()) })
+	m.set.NewGauge("petstore_redis_failures_total", func() float64 { return float64(r.fails.Load()) })
+}
+
 // refused counts a request the limiter refused for reason.
 func (m *serverMetrics) refused(reason string) {
 	if c := m.refusals[reason]; c != nil {

@@ -237,6 +237,7 @@ func processState(exited <-chan error) string {
 }
 
 func TestSIGTERMFinishesRequestsAndFlushes(t *testing.T) {
+	clearOfMidnight(t, time.Minute)
 	db := filepath.Join(t.TempDir(), "term.db")
 	key := createKey(t, db, "--plan", "enterprise", "--rpm", "1000", "--rpd", "1000")
 	p := startProcess(t, db)

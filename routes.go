@@ -21,7 +21,7 @@ type route struct {
 // marks the routes that need a key.
 func apiRoutes(store Store, cfg serveConfig) []route {
 	return []route{
-		{"GET /v1/categories", requireKey(handleCategoryList(store, cfg.publicURL))},
+		{"GET /v1/categories", requireKey(handleCategoryList(store, cfg.publicURL, cfg.busyTimeout))},
 		{"POST /v1/categories", requireKey(handleCategoryCreate(store))},
 		{"GET /v1/pets", requireKey(handlePetList(store))},
 		{"POST /v1/pets", requireKey(handlePetCreate(store))},
@@ -36,7 +36,7 @@ func apiRoutes(store Store, cfg serveConfig) []route {
 func newServer(logger *slog.Logger, reqLog *requestLog, store Store, keys *keyring, lim rateLimiter, m *serverMetrics, cfg serveConfig) http.Handler {
 	routes := append(apiRoutes(store, cfg),
 		route{"GET /healthz", handleHealth(cfg.env)},
-		route{"GET /readyz", handleReady(store)})
+		route{"GET /readyz", handleReady(store, lim)})
 	return chain(newRouter(routes),
 		withRequestID,                         // runs first: every answer has an id
 		logRequests(reqLog, m),                // one log line and the metrics of each request
@@ -49,11 +49,11 @@ func newServer(logger *slog.Logger, reqLog *requestLog, store Store, keys *keyri
 
 // newAdminServer returns what the admin listener serves: metrics and the
 // health checks, never the API.
-func newAdminServer(store Store, m *serverMetrics, cfg serveConfig) http.Handler {
+func newAdminServer(store Store, lim rateLimiter, m *serverMetrics, cfg serveConfig) http.Handler {
 	return chain(newRouter([]route{
 		{"GET /metrics", handleMetrics(m)},
 		{"GET /healthz", handleHealth(cfg.env)},
-		{"GET /readyz", handleReady(store)},
+		{"GET /readyz", handleReady(store, lim)},
 	}), withRequestID)
 }
 

@@ -1,4 +1,4 @@
--- The full current schema, for reading. The migrations in migrations/ are what
+-- The full current schema, for reading. The migrations in migrations/sqlite/ are what
 -- creates it; TestSchemaMatchesMigrations checks that the two agree.
 
 CREATE TABLE categories (

@@ -39,7 +39,7 @@ type sqliteStore struct {
 	categoryListReads atomic.Uint64
 
 	// group commits the API's creates; the rest writes through w directly.
-	group *groupCommitter
+	group *groupCommitter[*batchTx]
 
 	insertCategory, insertPet, insertOrder *sql.Stmt
 }
@@ -154,7 +154,7 @@ func openSQLite(ctx context.Context, path string, migrateUp bool, now func() tim
 	r.SetMaxOpenConns(4)
 	r.SetMaxIdleConns(4)
 	r.SetConnMaxIdleTime(0)
-	s := &sqliteStore{path: path, w: w, r: r, now: now, group: newGroupCommitter(w)}
+	s := &sqliteStore{path: path, w: w, r: r, now: now, group: newGroupCommitter(commitSQLite(w))}
 	for _, p := range []struct {
 		stmt **sql.Stmt
 		sql  string
@@ -235,38 +235,21 @@ func isForeignKeyViolation(err error) bool {
 	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
 }
 
-// listChunk is how many rows eachChunk reads at a time.
-const listChunk = 1000
-
 // eachChunk calls fn with every row of query, in ascending id order, reading
-// listChunk rows at a time: query's last two parameters are the id to start
-// after and the number of rows, and idOf gives a row's id. Each chunk is read
-// whole and its connection given back to the read pool before fn sees any
-// of it, so that a slow client, to whom fn writes, holds none of the pool's
-// four connections (four such clients used to stall every read, /readyz
-// included, for up to the write timeout). Rows are never deleted and ids
-// only grow, so the chunks, each read in its own transaction, add up to the
-// list with every row once, and perhaps rows created meanwhile at its end.
+// listChunk rows at a time (inChunks): query's last two parameters are the
+// id to start after and the number of rows, and idOf gives a row's id. Each
+// chunk is read whole and its connection given back to the read pool before
+// fn sees any of it, so that a slow client, to whom fn writes, holds none of
+// the pool's four connections (four such clients used to stall every read,
+// /readyz included, for up to the write timeout).
 func eachChunk[T any](ctx context.Context, db *sql.DB, what string, scan func(*sql.Rows) (T, error), idOf func(T) int64, fn func(T) error, query string, args ...any) error {
 	chunk := make([]T, 0, listChunk)
-	after := int64(0)
-	for {
+	return inChunks(func(after int64) ([]T, error) {
 		chunk = chunk[:0]
 		err := each(ctx, db, what, scan, func(v T) error { chunk = append(chunk, v); return nil },
 			query, append(args, after, listChunk)...)
-		if err != nil {
-			return err
-		}
-		for _, v := range chunk {
-			if err := fn(v); err != nil {
-				return err
-			}
-		}
-		if len(chunk) < listChunk {
-			return nil
-		}
-		after = idOf(chunk[len(chunk)-1])
-	}
+		return chunk, err
+	}, idOf, fn)
 }
 
 // each runs query on the read pool and calls fn with every row that scan

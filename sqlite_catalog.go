@@ -9,6 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // insertID runs the prepared INSERT stmt in tx and sets *id to the new
@@ -46,7 +49,11 @@ func (s *sqliteStore) EachCategory(ctx context.Context, fn func(Category) error)
 		categoriesAfter)
 }
 
-func (s *sqliteStore) CategoriesGen() uint64 { return s.categoriesGen.Load() }
+// CategoriesGen counts this process's creates: SQLite has one process
+// serving a database.
+func (s *sqliteStore) CategoriesGen(context.Context) (uint64, error) {
+	return s.categoriesGen.Load(), nil
+}
 
 func (s *sqliteStore) EachCategoryAfter(ctx context.Context, afterID int64, limit int, fn func(Category) error) error {
 	return each(ctx, s.r, "list categories", scanCategory, fn,
@@ -120,4 +127,78 @@ func (s *sqliteStore) EachOrder(ctx context.Context, fn func(Order) error) error
 		err := rows.Scan(&o.ID, &o.PetID, &o.Quantity, &o.Status, &o.CreatedAt)
 		return o, err
 	}, func(o Order) int64 { return o.ID }, fn, "SELECT id, pet_id, quantity, status, created_at FROM orders WHERE id > ? ORDER BY id LIMIT ?")
+}
+
+// statementOnly reports whether a write's error undid that write's
+// statement alone and left the batch's transaction as it was: only a
+// constraint violation is known to, SQLite's ABORT undoing the statement.
+// Other errors may have rolled the whole transaction back (SQLite does so
+// when a statement is interrupted, as a cancelled context does, or on a
+// full disk, an I/O error or no memory); the writes after it would then run
+// and commit one by one outside it while all of them are answered with the
+// commit's error. So any other error fails the batch, none of it answered
+// yet, and its clients may retry.
+func statementOnly(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_CONSTRAINT
+}
+
+// batchTx is the transaction that a batch of writes shares.
+type batchTx struct {
+	*sql.Tx
+	stmts [][2]*sql.Stmt // prepared statements and their forms in this transaction
+}
+
+// stmt returns s for use in the transaction, made once per batch rather
+// than once per write.
+func (tx *batchTx) stmt(s *sql.Stmt) *sql.Stmt {
+	for _, p := range tx.stmts {
+		if p[0] == s {
+			return p[1]
+		}
+	}
+	ts := tx.Stmt(s)
+	tx.stmts = append(tx.stmts, [2]*sql.Stmt{s, ts})
+	return ts
+}
+
+// commitSQLite returns the group commit's commit on SQLite's writer
+// connection. Each write is one SQL statement, and SQLite undoes a statement
+// that fails on a constraint (a unique or foreign key violation) alone,
+// leaving the transaction open: that write fails and the others commit.
+func commitSQLite(db *sql.DB) func(batch []*writeJob[*batchTx]) {
+	return func(batch []*writeJob[*batchTx]) {
+		results := make([]error, len(batch))
+		err := func() error {
+			sqlTx, err := db.Begin()
+			if err != nil {
+				return describe(err)
+			}
+			defer sqlTx.Rollback()
+			tx := &batchTx{Tx: sqlTx}
+			for i, j := range batch {
+				if err := j.ctx.Err(); err != nil {
+					results[i] = err // the client is gone: do not write for it
+					continue
+				}
+				if err := j.run(tx); err != nil {
+					results[i] = err
+					if !statementOnly(err) {
+						return describe(err) // the transaction itself may be gone
+					}
+				}
+			}
+			if err := tx.Commit(); err != nil {
+				return describe(err)
+			}
+			return nil
+		}()
+		for i, j := range batch {
+			if err != nil && results[i] == nil {
+				// Not made, through no fault of this write: safe to retry.
+				results[i] = fmt.Errorf("%w: the batch's transaction failed: %w", errUnavailable, err)
+			}
+			j.done <- results[i]
+		}
+	}
 }

@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -69,12 +70,30 @@ func (s *sqliteStore) KeysSince(ctx context.Context, seq int64) ([]apiKey, error
 	return keys, nil
 }
 
-func (s *sqliteStore) HasKeys(ctx context.Context) (bool, error) {
-	var n int
-	if err := s.w.QueryRowContext(ctx, "SELECT count(*) FROM (SELECT 1 FROM api_keys LIMIT 1)").Scan(&n); err != nil {
-		return false, fmt.Errorf("count keys: %w", describe(err))
+// CreateFirstKey inserts the key in one statement on the one writer
+// connection, so that of two processes that start at once, one does.
+func (s *sqliteStore) CreateFirstKey(ctx context.Context, hash [32]byte, name, env string) (apiKey, bool, error) {
+	created := s.now().UTC().Format(time.RFC3339)
+	row := s.w.QueryRowContext(ctx, "INSERT INTO api_keys (hash, name, plan, env, created_at, seq) "+
+		"SELECT ?, ?, 'free', ?, ?, "+nextSeq+" WHERE NOT EXISTS (SELECT 1 FROM api_keys) RETURNING "+keyColumns,
+		hash[:], name, env, created)
+	k, err := scanKey(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return apiKey{}, false, nil
 	}
-	return n > 0, nil
+	if err != nil {
+		return apiKey{}, false, fmt.Errorf("insert key: %w", describe(err))
+	}
+	return k, true, nil
+}
+
+// SchemaVersion reads golang-migrate's record of the schema.
+func (s *sqliteStore) SchemaVersion(ctx context.Context) (uint, error) {
+	var v uint
+	if err := s.r.QueryRowContext(ctx, "SELECT version FROM schema_migrations").Scan(&v); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", describe(err))
+	}
+	return v, nil
 }
 
 func (s *sqliteStore) RevokeKey(ctx context.Context, id int64) error {

@@ -1,8 +1,9 @@
 // store.go owns the store's interface: the operations that the handlers,
 // the keyring, the upkeep and the CLI use, the records they read and write,
 // and the errors they may get back. The interface knows nothing of HTTP or
-// SQL; openStore and isDBError are where its implementations plug in
-// (SQLite, sqlite*.go, is the one today).
+// SQL; openStore and isDBError are where its implementations plug in:
+// SQLite (sqlite*.go), the default, and PostgreSQL (postgres*.go), for
+// several instances on one database.
 
 package main
 
@@ -32,8 +33,10 @@ type Store interface {
 	// above afterID, in ascending id order.
 	EachCategoryAfter(ctx context.Context, afterID int64, limit int, fn func(Category) error) error
 	// CategoriesGen returns the generation of the categories: it grows
-	// after every committed change, so that a cached list knows it is stale.
-	CategoriesGen() uint64
+	// after every committed change, made by this process or any other, so
+	// that a cached list knows it is stale. A list read after CategoriesGen
+	// returned g holds every category of generation g.
+	CategoriesGen(ctx context.Context) (uint64, error)
 
 	// CreatePet inserts p; a category that does not exist is errNoReference.
 	CreatePet(ctx context.Context, p Pet) (Pet, error)
@@ -54,8 +57,10 @@ type Store interface {
 	// KeysSince returns the keys changed after seq (all of them for
 	// seq < 0), revoked ones included, in ascending id order.
 	KeysSince(ctx context.Context, seq int64) ([]apiKey, error)
-	// HasKeys reports whether any key, revoked or not, exists.
-	HasKeys(ctx context.Context) (bool, error)
+	// CreateFirstKey stores a new free key as CreateKey does, but only
+	// when no key, revoked or not, exists; it reports whether it did. Of
+	// processes that call it at once on a new database, one creates it.
+	CreateFirstKey(ctx context.Context, hash [32]byte, name, env string) (apiKey, bool, error)
 	// RevokeKey revokes key id for good; an unknown id is errNotFound.
 	// Revoking a revoked key changes nothing and is no error.
 	RevokeKey(ctx context.Context, id int64) error
@@ -70,6 +75,8 @@ type Store interface {
 	// all or none.
 	AddDayCounts(ctx context.Context, deltas []dayDelta) error
 
+	// SchemaVersion returns the version of the database's schema.
+	SchemaVersion(ctx context.Context) (uint, error)
 	// Ready reports whether the database answers a query.
 	Ready(ctx context.Context) error
 	// Checkpoint makes the database complete in itself, for a copy of it
@@ -87,9 +94,26 @@ type storeStats struct {
 	CategoryListReads uint64 // whole category lists read
 }
 
-// openStore opens the database at path: see openSQLite.
-func openStore(ctx context.Context, path string, migrateUp bool, now func() time.Time, busy time.Duration) (Store, error) {
-	s, err := openSQLite(ctx, path, migrateUp, now, busy)
+// storeOptions are how a store is opened.
+type storeOptions struct {
+	// migrate applies the migrations the database lacks (creating a
+	// missing SQLite file); without it the schema is taken as it is.
+	migrate bool
+	now     func() time.Time
+	// busy bounds how long an operation waits for a lock, a connection or
+	// an answer before it fails with errUnavailable.
+	busy time.Duration
+	// maxConns bounds PostgreSQL's connection pool (0: the default).
+	maxConns int
+}
+
+// openStore opens the database that db names: a PostgreSQL URL
+// (openPostgres) or the path of a SQLite file (openSQLite).
+func openStore(ctx context.Context, db string, o storeOptions) (Store, error) {
+	if isPostgresURL(db) {
+		return openPostgres(ctx, db, o)
+	}
+	s, err := openSQLite(ctx, db, o.migrate, o.now, o.busy)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +122,35 @@ func openStore(ctx context.Context, path string, migrateUp bool, now func() time
 
 // isDBError reports whether err came from the database.
 func isDBError(err error) bool {
-	return errors.Is(err, errUnavailable) || isSQLiteError(err)
+	return errors.Is(err, errUnavailable) || isSQLiteError(err) || isPostgresError(err)
+}
+
+// listChunk is how many rows a list reads at a time.
+const listChunk = 1000
+
+// inChunks calls fn with every row of a list, in ascending id order, that
+// read returns listChunk at a time: read returns the rows after an id, and
+// idOf gives a row's id. Each chunk is read whole before fn sees any of it.
+// Rows are never deleted, ids only grow, and no id becomes visible after a
+// higher one, so the chunks, each read on its own, add up to the list with
+// every row once, and perhaps rows created meanwhile at its end.
+func inChunks[T any](read func(after int64) ([]T, error), idOf func(T) int64, fn func(T) error) error {
+	after := int64(0)
+	for {
+		chunk, err := read(after)
+		if err != nil {
+			return err
+		}
+		for _, v := range chunk {
+			if err := fn(v); err != nil {
+				return err
+			}
+		}
+		if len(chunk) < listChunk {
+			return nil
+		}
+		after = idOf(chunk[len(chunk)-1])
+	}
 }
 
 // Category is a row of the categories table.

@@ -1,6 +1,6 @@
 // upkeep.go owns the limiter's way to the database: day counts written
-// once a second, bans as they come (retried until written), and idle
-// limiter state swept away.
+// once a second (and, on a shared database, everyone's read back), bans as
+// they come (retried until written), and idle limiter state swept away.
 
 package main
 
@@ -21,6 +21,10 @@ type upkeep struct {
 	bans  *banQueue
 	m     *serverMetrics
 	log   *slog.Logger
+	// shared is set when other instances count on the same database: each
+	// second, after writing its own counts, the upkeep reads everyone's.
+	shared bool
+	now    func() time.Time
 
 	deltas    []dayDelta // reused from one flush to the next
 	fresh     []keyBan   // reused from one take of the queue to the next
@@ -46,6 +50,9 @@ func (u *upkeep) run(ctx context.Context) {
 		case <-tick.C:
 			u.retryBans(ctx)
 			u.flush(ctx)
+			if u.shared {
+				u.readDayCounts(ctx)
+			}
 			if ticks++; ticks%sweepEvery == 0 {
 				u.lim.sweep()
 			}
@@ -64,6 +71,22 @@ func (u *upkeep) flush(ctx context.Context) {
 		u.m.dbErrors.Inc()
 		u.lim.returnDayDeltas(u.deltas)
 		u.log.Error("write day counts; will retry", "err", err)
+	}
+}
+
+// readDayCounts loads today's stored counts of every key into the limiter,
+// which adds the increments it has not written yet: the requests the other
+// instances served reach this one's quota at most a second (a tick) late.
+func (u *upkeep) readDayCounts(ctx context.Context) {
+	today := u.now().UTC().Format(time.DateOnly)
+	counts, err := u.store.DayCounts(ctx, today)
+	if err != nil {
+		u.m.dbErrors.Inc()
+		u.log.Error("read day counts; will retry", "err", err)
+		return
+	}
+	for id, n := range counts {
+		u.lim.loadDayCount(id, today, n)
 	}
 }
 

@@ -1,0 +1,366 @@
+// copy.go owns petstore copy: moving a whole database between the stores
+// (SQLite to PostgreSQL when one machine is not enough, and back), every
+// table with its ids, in one transaction on the target, checked by row
+// counts at the end.
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// colKind is how a column's values cross between the stores. Both read
+// and write them as these Go types: int64, string, []byte, time.Time (UTC)
+// and, for a day, a "2006-01-02" string; nil for NULL.
+type colKind int
+
+const (
+	colInt colKind = iota
+	colText
+	colBytes
+	colTime
+	colDay
+)
+
+type copyColumn struct {
+	name string
+	kind colKind
+}
+
+// copyTable is a table as copy moves it.
+type copyTable struct {
+	name string
+	cols []copyColumn
+	// order sorts its rows: the primary key.
+	order string
+}
+
+// copyTables are every table of the schema, in an order in which each row's
+// references are copied before it.
+var copyTables = []copyTable{
+	{"api_keys", []copyColumn{{"id", colInt}, {"hash", colBytes}, {"name", colText}, {"plan", colText}, {"rpm", colInt}, {"rpd", colInt},
+		{"env", colText}, {"created_at", colTime}, {"revoked_at", colTime}, {"banned_until", colTime}, {"seq", colInt}}, "id"},
+	{"usage", []copyColumn{{"key_id", colInt}, {"day", colDay}, {"count", colInt}}, "key_id, day"},
+	{"categories", []copyColumn{{"id", colInt}, {"name", colText}, {"fold", colText}, {"description", colText}}, "id"},
+	{"pets", []copyColumn{{"id", colInt}, {"name", colText}, {"category_id", colInt}, {"status", colText}}, "id"},
+	{"orders", []copyColumn{{"id", colInt}, {"pet_id", colInt}, {"quantity", colInt}, {"status", colText}, {"created_at", colTime}}, "id"},
+}
+
+func (t copyTable) names() []string {
+	names := make([]string, len(t.cols))
+	for i, c := range t.cols {
+		names[i] = c.name
+	}
+	return names
+}
+
+// copier is a store that copy can read whole and fill.
+type copier interface {
+	Store
+	// rowCount returns how many rows table t holds.
+	rowCount(ctx context.Context, t copyTable) (int64, error)
+	// copyOut returns t's rows in order, as colKind says.
+	copyOut(ctx context.Context, t copyTable) iter.Seq2[[]any, error]
+	// copyIn writes every table's rows, which rows gives, in one
+	// transaction, and sets each id sequence past the ids written. Before
+	// it commits, it calls check with the number of rows written to each
+	// table; an error of check undoes them all.
+	copyIn(ctx context.Context, tables []copyTable, rows func(copyTable) iter.Seq2[[]any, error], check func(written []int64) error) error
+}
+
+func runCopy(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	fs := newFlagSet("copy")
+	from := fs.String("from", "", "the database to copy: a SQLite `file` or a postgres:// URL; nothing may serve it meanwhile")
+	to := fs.String("to", "", "the database to fill: a new SQLite `file`, or an empty PostgreSQL database")
+	if _, err := parseFlags(fs, args, getenv, stdout, 0); err != nil {
+		return helpIsNoError(err)
+	}
+	if *from == "" || *to == "" {
+		return usagef("copy: --from and --to are both required")
+	}
+	for _, db := range []string{*from, *to} {
+		if err := checkDBPath(db); err != nil {
+			return err
+		}
+	}
+	if *from == *to {
+		return usagef("copy: --from and --to name the same database")
+	}
+	src, err := openStore(ctx, *from, storeOptions{now: time.Now, busy: defaultBusyTimeout, maxConns: 2})
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := openStore(ctx, *to, storeOptions{migrate: true, now: time.Now, busy: defaultBusyTimeout, maxConns: 2})
+	if err != nil {
+		return err
+	}
+	defer dst.Close()
+	return copyDatabase(ctx, src.(copier), dst.(copier), redactDB(*from), redactDB(*to), stdout)
+}
+
+// copyDatabase copies every table of src into dst, which must be empty and
+// at the schema version src is at, and compares the row counts after.
+func copyDatabase(ctx context.Context, src, dst copier, from, to string, stdout io.Writer) error {
+	sv, err := src.SchemaVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", from, err)
+	}
+	dv, err := dst.SchemaVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", to, err)
+	}
+	if sv != dv {
+		return fmt.Errorf("%s is at schema version %d and %s at %d; run 'petstore migrate --db' on the older one first", from, sv, to, dv)
+	}
+	var held []string
+	for _, t := range copyTables {
+		n, err := dst.rowCount(ctx, t)
+		if err != nil {
+			return fmt.Errorf("%s: %w", to, err)
+		}
+		if n > 0 {
+			held = append(held, fmt.Sprintf("%s: %d", t.name, n))
+		}
+	}
+	if len(held) > 0 {
+		return fmt.Errorf("%s already holds rows (%s); copy fills an empty database only", to, strings.Join(held, ", "))
+	}
+	// The source's counts, taken after it was read, must match what was
+	// written, or nothing is kept: a source in use meanwhile is caught.
+	check := func(written []int64) error {
+		var mismatch []string
+		for i, t := range copyTables {
+			n, err := src.rowCount(ctx, t)
+			if err != nil {
+				return fmt.Errorf("%s: %w", from, err)
+			}
+			if n != written[i] {
+				mismatch = append(mismatch, fmt.Sprintf("%s: %d in the source, %d copied", t.name, n, written[i]))
+			}
+		}
+		if len(mismatch) > 0 {
+			return fmt.Errorf("the row counts differ (was the source in use?): %s; nothing was written", strings.Join(mismatch, "; "))
+		}
+		return nil
+	}
+	if err := dst.copyIn(ctx, copyTables, func(t copyTable) iter.Seq2[[]any, error] { return src.copyOut(ctx, t) }, check); err != nil {
+		return fmt.Errorf("copy to %s: %w", to, err)
+	}
+	// And the target holds them, read back after the commit.
+	for _, t := range copyTables {
+		n, err := dst.rowCount(ctx, t)
+		if err != nil {
+			return fmt.Errorf("%s: %w", to, err)
+		}
+		fmt.Fprintf(stdout, "%s: %d rows\n", t.name, n)
+		if want, _ := src.rowCount(ctx, t); n != want {
+			return fmt.Errorf("%s holds %d rows of %s after the copy, the source %d", to, n, t.name, want)
+		}
+	}
+	fmt.Fprintf(stdout, "copied %s to %s\n", from, to)
+	return nil
+}
+
+// errStopCopy ends a copyOut whose reader stopped early.
+var errStopCopy = errors.New("copy stopped")
+
+// seqOf turns a read that calls fn with each row into an iter.Seq2.
+func seqOf(read func(fn func([]any) error) error) iter.Seq2[[]any, error] {
+	return func(yield func([]any, error) bool) {
+		err := read(func(row []any) error {
+			if !yield(row, nil) {
+				return errStopCopy
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errStopCopy) {
+			yield(nil, err)
+		}
+	}
+}
+
+func (s *sqliteStore) rowCount(ctx context.Context, t copyTable) (int64, error) {
+	var n int64
+	if err := s.r.QueryRowContext(ctx, "SELECT count(*) FROM "+t.name).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count %s: %w", t.name, describe(err))
+	}
+	return n, nil
+}
+
+// copyOut reads SQLite's values, which its driver gives as int64, string,
+// []byte or nil; times are RFC 3339 text.
+func (s *sqliteStore) copyOut(ctx context.Context, t copyTable) iter.Seq2[[]any, error] {
+	return seqOf(func(fn func([]any) error) error {
+		rows, err := s.r.QueryContext(ctx, "SELECT "+strings.Join(t.names(), ", ")+" FROM "+t.name+" ORDER BY "+t.order)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", t.name, describe(err))
+		}
+		defer rows.Close()
+		for rows.Next() {
+			row := make([]any, len(t.cols))
+			ptrs := make([]any, len(row))
+			for i := range row {
+				ptrs[i] = &row[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				return fmt.Errorf("read %s: %w", t.name, describe(err))
+			}
+			for i, c := range t.cols {
+				if v, ok := row[i].(string); ok && c.kind == colTime {
+					tm, err := time.Parse(time.RFC3339Nano, v)
+					if err != nil {
+						return fmt.Errorf("read %s.%s: %w", t.name, c.name, err)
+					}
+					row[i] = tm.UTC()
+				}
+			}
+			if err := fn(row); err != nil {
+				return err
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read %s: %w", t.name, describe(err))
+		}
+		return nil
+	})
+}
+
+// copyIn writes on the writer connection, in one transaction. SQLite's
+// AUTOINCREMENT keeps its sequence past the highest id ever inserted, so
+// the ids written set it.
+func (s *sqliteStore) copyIn(ctx context.Context, tables []copyTable, rows func(copyTable) iter.Seq2[[]any, error], check func([]int64) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return describe(err)
+	}
+	defer tx.Rollback()
+	written := make([]int64, len(tables))
+	for ti, t := range tables {
+		stmt, err := tx.PrepareContext(ctx, "INSERT INTO "+t.name+" ("+strings.Join(t.names(), ", ")+") VALUES (?"+
+			strings.Repeat(", ?", len(t.cols)-1)+")")
+		if err != nil {
+			return fmt.Errorf("write %s: %w", t.name, describe(err))
+		}
+		for row, err := range rows(t) {
+			if err != nil {
+				return err
+			}
+			for i, v := range row {
+				if tm, ok := v.(time.Time); ok {
+					row[i] = tm.UTC().Format(time.RFC3339Nano)
+				}
+			}
+			if _, err := stmt.ExecContext(ctx, row...); err != nil {
+				return fmt.Errorf("write %s: %w", t.name, describe(err))
+			}
+			written[ti]++
+		}
+		stmt.Close()
+	}
+	if err := check(written); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return describe(err)
+	}
+	s.categoriesGen.Add(1)
+	return nil
+}
+
+func (s *pgStore) rowCount(ctx context.Context, t copyTable) (int64, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM "+t.name).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count %s: %w", t.name, describePostgres(err))
+	}
+	return n, nil
+}
+
+// copyOut reads PostgreSQL's values, which pgx gives as int32 or int64,
+// string, []byte, time.Time (a date too) or nil.
+func (s *pgStore) copyOut(ctx context.Context, t copyTable) iter.Seq2[[]any, error] {
+	return seqOf(func(fn func([]any) error) error {
+		rows, err := s.pool.Query(ctx, "SELECT "+strings.Join(t.names(), ", ")+" FROM "+t.name+" ORDER BY "+t.order)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", t.name, describePostgres(err))
+		}
+		defer rows.Close()
+		for rows.Next() {
+			row, err := rows.Values()
+			if err != nil {
+				return fmt.Errorf("read %s: %w", t.name, describePostgres(err))
+			}
+			for i, c := range t.cols {
+				switch v := row[i].(type) {
+				case int32:
+					row[i] = int64(v)
+				case time.Time:
+					if c.kind == colDay {
+						row[i] = v.Format(time.DateOnly)
+					} else {
+						row[i] = v.UTC()
+					}
+				}
+			}
+			if err := fn(row); err != nil {
+				return err
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read %s: %w", t.name, describePostgres(err))
+		}
+		return nil
+	})
+}
+
+// copyIn writes each table with COPY, in one transaction, then sets each
+// identity sequence to the highest id written.
+func (s *pgStore) copyIn(ctx context.Context, tables []copyTable, rows func(copyTable) iter.Seq2[[]any, error], check func([]int64) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return describePostgres(err)
+	}
+	defer tx.Rollback(ctx)
+	written := make([]int64, len(tables))
+	for ti, t := range tables {
+		next, stop := iter.Pull2(rows(t))
+		n, err := tx.CopyFrom(ctx, pgx.Identifier{t.name}, t.names(), pgx.CopyFromFunc(func() ([]any, error) {
+			row, err, ok := next()
+			if !ok || err != nil {
+				return nil, err
+			}
+			for i, c := range t.cols {
+				if v, ok := row[i].(string); ok && c.kind == colDay {
+					day, err := time.Parse(time.DateOnly, v)
+					if err != nil {
+						return nil, fmt.Errorf("read %s.%s: %w", t.name, c.name, err)
+					}
+					row[i] = day
+				}
+			}
+			return row, nil
+		}))
+		stop()
+		if err != nil {
+			return fmt.Errorf("write %s: %w", t.name, describePostgres(err))
+		}
+		written[ti] = n
+		if t.cols[0].name == "id" {
+			if _, err := tx.Exec(ctx, "SELECT setval(pg_get_serial_sequence($1, 'id'), max(id)) FROM "+t.name+" HAVING count(*) > 0", t.name); err != nil {
+				return fmt.Errorf("set the id sequence of %s: %w", t.name, describePostgres(err))
+			}
+		}
+	}
+	if err := check(written); err != nil {
+		return err
+	}
+	return describePostgres(tx.Commit(ctx))
+}

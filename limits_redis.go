@@ -1,0 +1,283 @@
+// limits_redis.go owns the shared limiter of --redis: every request's
+// minute bucket, day count and ban checked and updated in Redis in one
+// script call (limits_redis.lua), so that limits hold across instances; and
+// the fall back to the in-process limiter while Redis does not answer.
+
+package main
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+//go:embed limits_redis.lua
+var redisScriptText string
+
+var redisScript = rueidis.NewLuaScript(redisScriptText)
+
+const (
+	defaultRedisTimeout = 50 * time.Millisecond
+	// redisProbeEvery is how often a limiter whose Redis does not answer
+	// asks again.
+	redisProbeEvery = 500 * time.Millisecond
+)
+
+// redisLimiter is a rateLimiter whose decisions come from Redis. It keeps
+// an in-process limiter beside it (embedded: the day counts' way to the
+// database, the bans the keyring loads, the sweep and the stats are its),
+// which counts every request Redis allows, for the database, and decides
+// alone while Redis does not answer.
+type redisLimiter struct {
+	*limiter
+	opt          rueidis.ClientOption
+	prefix       string
+	timeout      time.Duration
+	banThreshold int64
+	banDuration  int64 // µs
+	onBan        func(id int64, until time.Time)
+	log          *slog.Logger
+	// now, when set, is passed to the script as the time; nil uses
+	// Redis's own clock, so that instances' clocks do not matter.
+	now func() time.Time
+
+	client    atomic.Pointer[rueidis.Client] // nil until a connection was made
+	up        atomic.Bool                    // the last call to Redis answered
+	calls     atomic.Int64                   // script calls, answered or not
+	fails     atomic.Int64                   // script calls that failed or timed out
+	closeOnce sync.Once
+}
+
+type redisOptions struct {
+	url     string
+	prefix  string
+	timeout time.Duration
+	now     func() time.Time // nil: Redis's clock
+}
+
+// parseRedisURL checks a --redis URL and returns its client options. Its
+// errors never quote the URL, which may hold a password.
+func parseRedisURL(s string) (rueidis.ClientOption, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return rueidis.ClientOption{}, errors.New("--redis is not a valid URL")
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" {
+		return rueidis.ClientOption{}, fmt.Errorf("--redis must be a redis:// or rediss:// URL, got scheme %q", u.Scheme)
+	}
+	if u.Host == "" {
+		return rueidis.ClientOption{}, errors.New("--redis names no host")
+	}
+	opt, err := rueidis.ParseURL(s)
+	if err != nil {
+		return opt, errors.New("--redis: " + strings.TrimPrefix(withoutPassword(err.Error(), u), "redis: "))
+	}
+	return opt, nil
+}
+
+// newRedisLimiter returns a shared limiter on Redis beside local. It tries
+// to connect once, for at most a second; if that fails it starts with
+// local limits and run keeps trying.
+func newRedisLimiter(ctx context.Context, o redisOptions, local *limiter, log *slog.Logger) (*redisLimiter, error) {
+	opt, err := parseRedisURL(o.url)
+	if err != nil {
+		return nil, err
+	}
+	r := &redisLimiter{
+		limiter:      local,
+		prefix:       o.prefix,
+		timeout:      o.timeout,
+		banThreshold: local.banThreshold,
+		banDuration:  max(1, min(local.banDuration/1000, 1<<52)), // µs, exact in Lua
+		onBan:        local.onBan,
+		log:          log,
+		now:          o.now,
+	}
+	opt.DisableCache = true // no client-side caching: every state changes on every call
+	opt.Dialer.Timeout = max(time.Second, o.timeout)
+	// Redis that stalls is given up on by the request's timeout; this
+	// closes the connection too, so that a new one is made.
+	opt.ConnWriteTimeout = max(2*time.Second, 10*o.timeout)
+	opt.ClientName = "petstore"
+	opt.MaxFlushDelay = 20 * time.Microsecond
+	r.opt = opt
+	if err := r.connect(ctx); err != nil {
+		r.log.Warn("redis does not answer; rate limits are local to this instance until it does", "redis", redactDB(o.url), "err", err)
+	} else {
+		r.up.Store(true)
+	}
+	return r, nil
+}
+
+// connect makes the client if there is none yet, and checks that Redis
+// answers.
+func (r *redisLimiter) connect(ctx context.Context) error {
+	c := r.client.Load()
+	if c == nil {
+		nc, err := rueidis.NewClient(r.opt)
+		if err != nil {
+			return err
+		}
+		c = &nc
+		r.client.Store(c)
+	}
+	ctx, cancel := context.WithTimeout(ctx, max(time.Second, r.timeout))
+	defer cancel()
+	return (*c).Do(ctx, (*c).B().Ping().Build()).Error()
+}
+
+// run checks Redis every redisProbeEvery with a call of the script itself
+// (a Redis that answers PING may still refuse scripts: out of memory, read
+// only, no permission), switching to local limits when it fails and back
+// when it answers, until ctx ends; then it closes the client.
+func (r *redisLimiter) run(ctx context.Context) {
+	tick := time.NewTicker(redisProbeEvery)
+	defer tick.Stop()
+	defer r.close()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		err := r.connect(ctx)
+		if err == nil {
+			_, err = r.step(r.keyName('p', "probe"), 0, 0, 0, 0, 0, 0)
+		}
+		switch {
+		case err != nil && ctx.Err() == nil:
+			r.down(err)
+		case err == nil && r.up.CompareAndSwap(false, true):
+			r.log.Info("redis answers again; rate limits are shared")
+		}
+	}
+}
+
+// close closes the client, once.
+func (r *redisLimiter) close() {
+	r.closeOnce.Do(func() {
+		if c := r.client.Load(); c != nil {
+			(*c).Close()
+		}
+	})
+}
+
+// down records a failed call: the first one after Redis answered logs it
+// and switches to local limits.
+func (r *redisLimiter) down(err error) {
+	r.fails.Add(1)
+	if r.up.CompareAndSwap(true, false) {
+		r.log.Warn("redis does not answer; rate limits are local to this instance until it does", "err", err)
+	}
+}
+
+// allowKey counts a request of key id in Redis, or in the local limiter
+// while Redis does not answer.
+func (r *redisLimiter) allowKey(id int64, rpm, rpd int64) decision {
+	if !r.up.Load() {
+		return r.limiter.allowKey(id, rpm, rpd)
+	}
+	rpm = max(0, min(rpm, limMaxRPM))
+	rpd = max(0, rpd)
+	count, day, ban := r.limiter.known(id)
+	res, err := r.step(r.keyName('k', strconv.FormatInt(id, 10)), rpm, rpd, count, day, ban, r.banThreshold)
+	if err != nil {
+		r.down(err)
+		return r.limiter.allowKey(id, rpm, rpd)
+	}
+	switch {
+	case res.bannedNow:
+		until := time.Unix(0, res.ban).UTC()
+		r.limiter.setBan(id, until)
+		if r.onBan != nil {
+			r.onBan(id, until)
+		}
+		return limBanned(res.ban, res.now, rpm, rpd)
+	case res.ban > 0:
+		return limBanned(res.ban, res.now, rpm, rpd)
+	case res.allowed:
+		r.limiter.countAllowed(id)
+	}
+	return keyDecision(res.now, rpm, rpd, res.bucket, res.count, res.day,
+		res.allowed || rpm == 0 || res.bucket.tokens >= limTokenUnit,
+		res.allowed || rpd == 0 || res.count < rpd)
+}
+
+// allowAddr counts an anonymous request from addr in Redis, or in the
+// local limiter while Redis does not answer.
+func (r *redisLimiter) allowAddr(addr netip.Addr) decision {
+	if !r.up.Load() {
+		return r.limiter.allowAddr(addr)
+	}
+	k := limAddrKeyOf(addr)
+	rpm := r.limiter.anonRPM
+	res, err := r.step(r.keyName('a', strconv.FormatUint(k.hi, 16)+":"+strconv.FormatUint(k.lo, 16)), rpm, 0, 0, 0, 0, 0)
+	if err != nil {
+		r.down(err)
+		return r.limiter.allowAddr(addr)
+	}
+	return keyDecision(res.now, rpm, 0, res.bucket, 0, res.day, res.allowed, true)
+}
+
+// keyName is the Redis key of a key's (kind 'k') or an address's ('a') state.
+func (r *redisLimiter) keyName(kind byte, id string) string {
+	return r.prefix + string(kind) + ":" + id
+}
+
+// redisStep is the script's answer, in the in-process limiter's units.
+type redisStep struct {
+	allowed, bannedNow bool
+	bucket             limBucket
+	count              int64
+	day                int32
+	ban, now           int64 // Unix ns
+}
+
+// step runs the script on one key's state, within the timeout.
+func (r *redisLimiter) step(key string, rpm, rpd, count int64, day int32, banUntil, threshold int64) (redisStep, error) {
+	c := r.client.Load()
+	if c == nil {
+		return redisStep{}, errors.New("not connected")
+	}
+	var now int64
+	if r.now != nil {
+		now = r.now().UnixMicro()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	r.calls.Add(1)
+	args := []string{
+		strconv.FormatInt(now, 10), strconv.FormatInt(rpm, 10), strconv.FormatInt(rpd, 10),
+		strconv.FormatInt(count, 10), strconv.FormatInt(int64(day), 10),
+		strconv.FormatInt(banUntil/1000, 10), strconv.FormatInt(threshold, 10), strconv.FormatInt(r.banDuration, 10),
+	}
+	v, err := redisScript.Exec(ctx, *c, []string{key}, args).AsIntSlice()
+	if err != nil {
+		return redisStep{}, err
+	}
+	if len(v) != 9 {
+		return redisStep{}, fmt.Errorf("rate-limit script answered %d values, want 9", len(v))
+	}
+	// µs to ns; a token is 60,000,000 units in the script, 60e9 here.
+	return redisStep{
+		allowed:   v[0] == 1,
+		bannedNow: v[8] == 1,
+		bucket:    limBucket{tokens: v[2] * 1000, last: v[3] * 1000},
+		count:     v[4],
+		day:       int32(v[5]),
+		ban:       min(v[6], math.MaxInt64/1000) * 1000, // a ban "until the end of time" saturates
+		now:       v[7] * 1000,
+	}, nil
+}

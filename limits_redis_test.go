@@ -1,0 +1,394 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// redisEnv names the variable that turns on the tests that need Redis: a
+// redis:// URL of a server they may write to (each under a key prefix of
+// its own).
+const redisEnv = "PETSTORE_TEST_REDIS"
+
+// needRedis returns PETSTORE_TEST_REDIS, or skips the test when it is not
+// set. A Redis that does not answer fails the test: the variable says it
+// should.
+func needRedis(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv(redisEnv)
+	if u == "" {
+		t.Skip("set " + redisEnv + "=redis://127.0.0.1:6379/0 to run the Redis tests")
+	}
+	c := redisTestClient(t, u)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
+		t.Fatalf("%s is set but Redis does not answer: %v", redisEnv, err)
+	}
+	return u
+}
+
+// redisTestClient returns a client of u, closed when the test ends.
+func redisTestClient(t testing.TB, u string) rueidis.Client {
+	t.Helper()
+	opt, err := parseRedisURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.DisableCache = true
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		t.Fatalf("%s is set but Redis does not answer: %v", redisEnv, err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// redisTestPrefix returns a key prefix of the test's own in u's database,
+// whose keys are deleted when the test ends.
+func redisTestPrefix(t testing.TB, u string) string {
+	t.Helper()
+	// Only letters, digits and _ of the test's name: SCAN's MATCH reads
+	// [ ] * ? \ as a pattern.
+	name := strings.Map(func(c rune) rune {
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			return c
+		}
+		return '_'
+	}, t.Name())
+	prefix := fmt.Sprintf("petstore-test:%s:%x:", name, rand.Uint64())
+	c := redisTestClient(t, u)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, k := range redisTestKeys(t, c, prefix) {
+			c.Do(ctx, c.B().Unlink().Key(k).Build())
+		}
+	})
+	return prefix
+}
+
+// redisTestKeys lists the keys that begin with prefix.
+func redisTestKeys(t testing.TB, c rueidis.Client, prefix string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var keys []string
+	for cursor := uint64(0); ; {
+		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(prefix+"*").Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			t.Errorf("scan %s*: %v", prefix, err)
+			return keys
+		}
+		keys = append(keys, e.Elements...)
+		if cursor = e.Cursor; cursor == 0 {
+			return keys
+		}
+	}
+}
+
+// newRedisLimTest returns a Redis limiter and, beside it, an in-process
+// limiter of the same configuration, both on one injected clock.
+func newRedisLimTest(t *testing.T, cfg limiterConfig) (*redisLimiter, *limiter, *limTestClock) {
+	t.Helper()
+	u := needRedis(t)
+	ref, c := newLimTest(t, cfg)
+	cfg.Now = c.now
+	r, err := newRedisLimiter(context.Background(), redisOptions{url: u, prefix: redisTestPrefix(t, u), timeout: 5 * time.Second, now: c.now},
+		newLimiter(cfg), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.up.Load() {
+		t.Fatal("the Redis limiter did not connect")
+	}
+	t.Cleanup(func() {
+		if c := r.client.Load(); c != nil {
+			(*c).Close()
+		}
+	})
+	return r, ref, c
+}
+
+// TestRedisLimiterDecidesAsTheLocalOne runs the same random requests
+// through the Redis limiter and the in-process one on one clock: every
+// decision (allowed or not, code, every header's value) must be the same,
+// across plan changes, bans, their end and midnight.
+func TestRedisLimiterDecidesAsTheLocalOne(t *testing.T) {
+	var refBans, redisBans []string
+	cfg := limiterConfig{BanThreshold: 5, BanDuration: 90 * time.Second, AnonRPM: 7}
+	cfg.OnBan = func(id int64, until time.Time) { refBans = append(refBans, fmt.Sprint(id, until)) }
+	r, ref, clock := newRedisLimTest(t, cfg)
+	r.onBan = func(id int64, until time.Time) { redisBans = append(redisBans, fmt.Sprint(id, until)) }
+	clock.set(time.Date(2026, 3, 10, 23, 50, 0, 0, time.UTC)) // midnight comes within the run
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	plans := [][2]int64{{5, 40}, {12, 30}, {0, 25}, {9, 0}, {3, 1000}}
+	addrs := []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1"), netip.MustParseAddr("2001:db8::2")}
+	allowed, refused, banned := 0, 0, 0
+	for i := range 3000 {
+		// Whole milliseconds: the script counts in µs, the local one in ns.
+		clock.add(time.Duration(rng.IntN(1500)) * time.Millisecond)
+		if i%500 == 499 {
+			clock.add(40 * time.Second)
+		}
+		var got, want decision
+		what := ""
+		if rng.IntN(5) == 0 {
+			a := addrs[rng.IntN(len(addrs))]
+			got, want, what = r.allowAddr(a), ref.allowAddr(a), a.String()
+		} else {
+			id := int64(1 + rng.IntN(3))
+			p := plans[rng.IntN(2)]
+			if id == 3 {
+				p = plans[2+(i/700)%3] // a plan that changes now and then
+			}
+			got, want, what = r.allowKey(id, p[0], p[1]), ref.allowKey(id, p[0], p[1]), fmt.Sprintf("key %d rpm %d rpd %d", id, p[0], p[1])
+		}
+		if got != want {
+			t.Fatalf("request %d (%s at %s):\nredis %+v\nlocal %+v", i, what, clock.now().Format(time.RFC3339Nano), got, want)
+		}
+		switch {
+		case got.Allowed:
+			allowed++
+		case got.Code == "key_banned":
+			banned++
+		default:
+			refused++
+		}
+	}
+	t.Logf("%d allowed, %d refused, %d refused while banned; %d bans", allowed, refused, banned, len(redisBans))
+	if allowed == 0 || refused == 0 || banned == 0 || len(refBans) == 0 {
+		t.Fatalf("the run did not reach every case: %d allowed, %d refused, %d banned, %d bans", allowed, refused, banned, len(refBans))
+	}
+	if strings.Join(redisBans, ",") != strings.Join(refBans, ",") {
+		t.Errorf("bans differ:\nredis %v\nlocal %v", redisBans, refBans)
+	}
+	// The requests Redis allowed are counted in the local limiter, for the
+	// database: the same counts as the reference limiter's.
+	got := r.limiter.takeDayDeltas(nil)
+	want := ref.takeDayDeltas(nil)
+	if fmt.Sprint(sumDeltas(got)) != fmt.Sprint(sumDeltas(want)) {
+		t.Errorf("day counts for the database: redis limiter %v, local %v", sumDeltas(got), sumDeltas(want))
+	}
+}
+
+func sumDeltas(ds []dayDelta) map[string]int64 {
+	m := map[string]int64{}
+	for _, d := range ds {
+		m[fmt.Sprintf("%d@%s", d.KeyID, d.Day)] += d.N
+	}
+	return m
+}
+
+// TestRedisLimiterRefillsFromWhatItKnows: a Redis that lost a key's state
+// takes back the day count and the ban this instance knows of (from the
+// database), so that a Redis restart neither resets a quota nor lifts a
+// ban.
+func TestRedisLimiterRefillsFromWhatItKnows(t *testing.T) {
+	r, _, clock := newRedisLimTest(t, limiterConfig{})
+	c := redisTestClient(t, os.Getenv(redisEnv))
+	forget := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, k := range redisTestKeys(t, c, r.prefix) {
+			if err := c.Do(ctx, c.B().Del().Key(k).Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	today := clock.now().Format(time.DateOnly)
+	r.loadDayCount(1, today, 97) // as serve does from the database
+	if d := r.allowKey(1, 1000, 100); !d.Allowed || d.Remaining != 2 {
+		t.Fatalf("after 97 stored, want 98 of 100 counted: %+v", d)
+	}
+	forget()
+	// The local limiter counted the allowed request: 98 now.
+	d := r.allowKey(1, 1000, 100)
+	if !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("after Redis lost the key, want 99 of 100 counted: %+v", d)
+	}
+	r.allowKey(1, 1000, 100)
+	forget()
+	if d := r.allowKey(1, 1000, 100); d.Allowed || d.Code != "quota_exceeded" {
+		t.Fatalf("the 101st request of the day after Redis lost the key: %+v", d)
+	}
+
+	until := clock.now().Add(10 * time.Minute)
+	r.setBan(2, until) // as the keyring does with a ban in the database
+	forget()
+	if d := r.allowKey(2, 1000, 100); d.Allowed || d.Code != "key_banned" || d.RetryAfter != 600 {
+		t.Fatalf("a banned key after Redis lost its state: %+v", d)
+	}
+	r.setBan(2, time.Time{}) // "keys unban", seen by the keyring
+	if d := r.allowKey(2, 1000, 100); !d.Allowed {
+		t.Fatalf("an unbanned key: %+v", d)
+	}
+	if d := r.allowKey(2, 1000, 100); !d.Allowed {
+		t.Fatalf("an unbanned key, again: %+v", d)
+	}
+}
+
+// TestRedisBanHoldsWhileTheDatabaseKnowsIt: a ban the script imposed
+// holds for every instance for 2 s (the database's way to the others), and
+// after that while the calling instance knows it; a ban it does not know
+// (lifted with "keys unban" while no instance held it, or written back by
+// a late request) is dropped.
+func TestRedisBanHoldsWhileTheDatabaseKnowsIt(t *testing.T) {
+	r, _, clock := newRedisLimTest(t, limiterConfig{BanThreshold: 1, BanDuration: time.Hour})
+	r.allowKey(1, 1, 0)
+	r.allowKey(1, 1, 0)
+	if d := r.allowKey(1, 1, 0); d.Code != "key_banned" {
+		t.Fatalf("want a ban: %+v", d)
+	}
+	until := r.limiter.banOf(1)
+	if until.IsZero() {
+		t.Fatal("the ban the script imposed is not in the local limiter")
+	}
+	// Another instance, which has not heard of the ban yet.
+	other := &redisLimiter{limiter: newLimiter(limiterConfig{Now: clock.now, BanThreshold: 1, BanDuration: time.Hour}),
+		prefix: r.prefix, timeout: r.timeout, banThreshold: r.banThreshold, banDuration: r.banDuration, now: r.now}
+	other.client.Store(r.client.Load())
+	other.up.Store(true)
+	clock.add(1500 * time.Millisecond)
+	if d := other.allowKey(1, 1, 0); d.Code != "key_banned" {
+		t.Fatalf("another instance within 2 s of the ban: %+v", d)
+	}
+	clock.add(time.Second)
+	if d := r.allowKey(1, 1, 0); d.Code != "key_banned" {
+		t.Fatalf("the instance that knows the ban: %+v", d)
+	}
+	other.limiter.setBan(1, until) // the database reached it
+	if d := other.allowKey(1, 1, 0); d.Code != "key_banned" {
+		t.Fatalf("another instance that knows the ban: %+v", d)
+	}
+	// keys unban: every instance's keyring lifts it, and Redis follows.
+	r.limiter.setBan(1, time.Time{})
+	other.limiter.setBan(1, time.Time{})
+	clock.add(time.Minute) // the bucket refills
+	if d := other.allowKey(1, 1, 0); !d.Allowed {
+		t.Fatalf("after the unban: %+v", d)
+	}
+}
+
+// TestRedisLimiterKeysExpire: every key the limiter writes has an expiry,
+// no longer than what it must remember: a minute bucket until it is full,
+// a day's count until midnight, a ban until it ends.
+func TestRedisLimiterKeysExpire(t *testing.T) {
+	r, _, clock := newRedisLimTest(t, limiterConfig{BanThreshold: 1, BanDuration: 3 * time.Hour})
+	clock.set(time.Date(2026, 3, 10, 18, 0, 0, 0, time.UTC))
+	c := redisTestClient(t, os.Getenv(redisEnv))
+	r.allowAddr(netip.MustParseAddr("192.0.2.7"))
+	r.allowKey(1, 60, 0) // a minute bucket only: full again in 1 s
+	r.allowKey(2, 0, 10) // a day count: until midnight, 6 h away
+	for range 3 {        // a ban of 3 h
+		r.allowKey(3, 1, 0)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	keys := redisTestKeys(t, c, r.prefix)
+	if len(keys) != 4 {
+		t.Fatalf("keys %v, want 4", keys)
+	}
+	want := map[string][2]time.Duration{
+		r.keyName('k', "1"): {time.Second, 3 * time.Second},
+		r.keyName('k', "2"): {6 * time.Hour, 6*time.Hour + 2*time.Second},
+		r.keyName('k', "3"): {3 * time.Hour, 3*time.Hour + 2*time.Second},
+	}
+	for _, k := range keys {
+		ttl, err := c.Do(ctx, c.B().Pttl().Key(k).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := time.Duration(ttl) * time.Millisecond
+		w, ok := want[k]
+		if !ok {
+			w = [2]time.Duration{time.Second, 3 * time.Second} // the address: 1 of 60 spent
+		}
+		if got < w[0] || got > w[1] {
+			t.Errorf("%s expires in %v, want %v to %v", k, got, w[0], w[1])
+		}
+	}
+}
+
+// BenchmarkRedisAllowKey is the Redis limiter's step on the request path,
+// from many goroutines at once (as concurrent requests call it), over
+// 1,000 keys. It needs PETSTORE_TEST_REDIS.
+func BenchmarkRedisAllowKey(b *testing.B) {
+	u := needRedis(b)
+	local := newLimiter(limiterConfig{Now: time.Now})
+	r, err := newRedisLimiter(context.Background(), redisOptions{url: u, prefix: redisTestPrefix(b, u), timeout: time.Second},
+		local, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { (*r.client.Load()).Close() })
+	var next atomic.Int64
+	b.SetParallelism(16)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if d := r.allowKey(1+next.Add(1)%1000, 100_000_000, 1_000_000_000); !d.Allowed {
+				b.Fatalf("refused: %+v", d)
+			}
+		}
+	})
+	b.StopTimer()
+	if f := r.fails.Load(); f > 0 {
+		b.Errorf("%d calls failed", f)
+	}
+}
+
+// TestRedisUnreachableAtStartAndPasswordNeverShown needs no Redis: an
+// instance whose Redis does not answer starts anyway with local limits,
+// says so on /readyz and in the metrics, and never shows the URL's
+// password; a bad --redis is a usage error that does not quote it either.
+func TestRedisUnreachableAtStartAndPasswordNeverShown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	const secret = "s3cret-Redis-pw"
+	ts := startServer(t, "--redis", "redis://petstore:"+secret+"@"+closed+"/2", "--redis-timeout", "20ms")
+	if r := ts.do(t, "GET", "/v1/categories", ts.key, ""); r.status != 200 || r.header.Get("X-Ratelimit-Limit") != "1000" {
+		t.Fatalf("GET with Redis unreachable: %d, limit %q", r.status, r.header.Get("X-Ratelimit-Limit"))
+	}
+	if body := ts.get(t, ts.admin+"/readyz"); !strings.Contains(body, `"limits":"local"`) || !strings.Contains(body, `"redis":"not answering"`) {
+		t.Errorf("/readyz = %s, want limits local and redis not answering", body)
+	}
+	if m := ts.get(t, ts.admin+"/metrics"); !strings.Contains(m, "petstore_ratelimit_backend_up 0") {
+		t.Errorf("/metrics lacks petstore_ratelimit_backend_up 0")
+	}
+	ts.stop()
+	log := ts.stderr.String()
+	if strings.Contains(log, secret) {
+		t.Errorf("the log shows the Redis password:\n%s", log)
+	}
+	if !strings.Contains(log, "redis://petstore:xxxxx@"+closed+"/2") || strings.Count(log, "redis does not answer") != 1 {
+		t.Errorf("want the masked URL in the log and one line saying Redis does not answer:\n%s", log)
+	}
+
+	for _, bad := range []string{"http://u:" + secret + "@h:6379", "redis://u:" + secret + "@h:6379/x/y", "redis://u:" + secret + "@h:6379/notanumber", "redis://u:" + secret + "@%zz", "redis:///0"} {
+		_, errOut, err := runCLI(t, nil, "serve", "--db", filepath.Join(t.TempDir(), "x.db"), "--redis", bad)
+		var msg strings.Builder
+		if code := exitCode(err, &msg); code != 2 || strings.Contains(errOut+msg.String(), secret) {
+			t.Errorf("--redis %q: exit %d, %q; want 2 without the password", strings.ReplaceAll(bad, secret, "PW"), code, strings.ReplaceAll(msg.String(), secret, "PW"))
+		}
+	}
+}

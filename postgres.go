@@ -1,0 +1,281 @@
+// postgres.go owns the PostgreSQL store: reading a postgres:// URL (and
+// never showing its password), opening the pool, migrating, PostgreSQL's
+// errors, and the chunked reads the lists share. Its queries are in
+// postgres_catalog.go and postgres_keys.go.
+
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/golang-migrate/migrate/v4/database"
+	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// defaultMaxConns is the default of --db-max-conns: ten connections per
+// instance, so that nine instances stay within PostgreSQL's default
+// max_connections of 100 and leave room for an operator's psql.
+const defaultMaxConns = 10
+
+// pgStore is the Store on a PostgreSQL database, which any number of
+// petstore processes may share. It uses pgx's own pool (pgxpool) rather
+// than database/sql: its binary protocol and statement cache cost less per
+// query, and its batches let the group commit send a whole batch of creates
+// in one round trip. golang-migrate gets a database/sql handle of its own.
+type pgStore struct {
+	pool *pgxpool.Pool
+	now  func() time.Time
+	busy time.Duration
+
+	group             *groupCommitter[*pgBatch]
+	categoriesGen     sharedRead
+	categoryListReads atomic.Uint64
+}
+
+// isPostgresURL reports whether db names a PostgreSQL database rather than
+// a SQLite file.
+func isPostgresURL(db string) bool {
+	scheme, _, ok := strings.Cut(db, "://")
+	return ok && (strings.EqualFold(scheme, "postgres") || strings.EqualFold(scheme, "postgresql"))
+}
+
+// redactDB returns db as it may be shown: a URL (PostgreSQL's, or the
+// --redis one) with its password, in the user part or the query, replaced
+// by xxxxx; a SQLite path as it is.
+func redactDB(db string) string {
+	if !strings.Contains(db, "://") {
+		return db
+	}
+	u, err := url.Parse(db)
+	if err != nil {
+		return "(a database URL that does not parse)"
+	}
+	if q := u.Query(); len(q) > 0 {
+		changed := false
+		for k := range q {
+			if strings.Contains(strings.ToLower(k), "password") {
+				q.Set(k, "xxxxx")
+				changed = true
+			}
+		}
+		if changed {
+			u.RawQuery = q.Encode()
+		}
+	}
+	return u.Redacted()
+}
+
+// withoutPassword is msg with u's password replaced by xxxxx.
+func withoutPassword(msg string, u *url.URL) string {
+	if pw, ok := u.User.Password(); ok && pw != "" {
+		msg = strings.ReplaceAll(msg, pw, "xxxxx")
+	}
+	return msg
+}
+
+// postgresConfig parses a postgres:// URL into the pool's configuration;
+// the PG* variables and ~/.pgpass fill in what it leaves out, as they do
+// for psql. Its errors never quote the password.
+func postgresConfig(db string, o storeOptions) (*pgxpool.Config, error) {
+	shown := redactDB(db)
+	u, err := url.Parse(db)
+	if err != nil {
+		// Not url.Parse's words: they quote a part of the URL, which may
+		// be a part of the password ("invalid port \":s3cr\"").
+		return nil, usagef("--db %s is not a valid URL; percent-encode special characters (/ ? # @ : %%) in the user name and password", shown)
+	}
+	// pgx knows postgres:// and postgresql:// in lower case only. (Not
+	// u.String(): it writes postgres://?... as postgres:?..., which pgx
+	// does not take.)
+	cfg, err := pgxpool.ParseConfig(strings.ToLower(u.Scheme) + db[len(u.Scheme):])
+	if err != nil {
+		return nil, usagef("--db %s: %s", shown, withoutPassword(err.Error(), u))
+	}
+	cfg.MaxConns = defaultMaxConns
+	if o.maxConns > 0 {
+		cfg.MaxConns = int32(o.maxConns)
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > o.busy {
+		cfg.ConnConfig.ConnectTimeout = o.busy
+	}
+	params := cfg.ConnConfig.RuntimeParams
+	if params["application_name"] == "" {
+		params["application_name"] = "petstore"
+	}
+	// The server's side of the busy timeout. A client that gives up closes
+	// its connection, but a backend waiting for a lock does not notice:
+	// lock_timeout ends its wait. And a petstore frozen or cut off inside a
+	// transaction would hold its locks until TCP gives up (hours):
+	// idle_in_transaction_session_timeout ends that session. Our
+	// transactions never sit idle; a URL that sets these wins.
+	ms := strconv.FormatInt(max(o.busy.Milliseconds(), 1), 10)
+	if params["lock_timeout"] == "" {
+		params["lock_timeout"] = ms
+	}
+	if params["idle_in_transaction_session_timeout"] == "" {
+		params["idle_in_transaction_session_timeout"] = ms
+	}
+	return cfg, nil
+}
+
+// openPostgres opens the database that the URL db names. With o.migrate it
+// applies the migrations the database lacks (golang-migrate holds an
+// advisory lock meanwhile, so that instances starting at once migrate it
+// once) and refuses a schema newer than this binary knows.
+func openPostgres(ctx context.Context, db string, o storeOptions) (*pgStore, error) {
+	cfg, err := postgresConfig(db, o)
+	if err != nil {
+		return nil, err
+	}
+	shown := redactDB(db)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open database %s: %w", shown, err)
+	}
+	// A database that does not answer fails the start once, within the
+	// busy timeout, before the migrations try it again.
+	pctx, cancel := context.WithTimeout(ctx, o.busy)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open database %s: %w", shown, describePostgres(err))
+	}
+	if o.migrate {
+		if err := migratePostgres(cfg, shown); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
+	s := &pgStore{pool: pool, now: o.now, busy: o.busy}
+	s.group = newGroupCommitter(s.commitBatch)
+	return s, nil
+}
+
+// migratePostgres applies the embedded migrations in migrations/postgres.
+func migratePostgres(cfg *pgxpool.Config, shown string) error {
+	conf := cfg.ConnConfig.Copy()
+	// golang-migrate waits for its advisory lock (15 s at most, its
+	// LockTimeout) while another instance migrates, and a migration may wait
+	// for the locks of running instances' creates: not bounded by the busy
+	// timeout.
+	delete(conf.RuntimeParams, "lock_timeout")
+	db := stdlib.OpenDB(*conf)
+	db.SetMaxOpenConns(2)
+	return migrateUp(db, "migrations/postgres", "pgx5", func(db *sql.DB) (database.Driver, error) {
+		return migratepgx.WithInstance(db, &migratepgx.Config{})
+	}, shown, describePostgres)
+}
+
+// op bounds one operation by the busy timeout: a database that does not
+// answer costs a client at most that long, then a 503.
+func (s *pgStore) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.busy)
+}
+
+func (s *pgStore) Close() error {
+	s.group.close()
+	s.pool.Close()
+	return nil
+}
+
+// Checkpoint has nothing to do: PostgreSQL's files are its own business,
+// and pg_dump makes its backups.
+func (s *pgStore) Checkpoint(context.Context) error { return nil }
+
+func (s *pgStore) Ready(ctx context.Context) error {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("ready: %w", describePostgres(err))
+	}
+	return nil
+}
+
+func (s *pgStore) SchemaVersion(ctx context.Context) (uint, error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
+	var v int64
+	if err := s.pool.QueryRow(ctx, "SELECT version FROM schema_migrations").Scan(&v); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", describePostgres(err))
+	}
+	return uint(v), nil
+}
+
+func (s *pgStore) Stats() storeStats {
+	batches, writes := s.group.stats()
+	return storeStats{Batches: batches, Writes: writes, CategoryListReads: s.categoryListReads.Load()}
+}
+
+// describePostgres maps the errors a retry may cure to errUnavailable,
+// keeping the cause: everything on the way to the server (a refused or
+// broken connection, a timeout, a closed pool), and the server's own
+// transient refusals (SQLSTATE classes 08 connection, 53 resources, 57
+// operator intervention, 58 system; serialization failures, deadlocks,
+// lock timeouts; a read-only server, as during a failover). Its other
+// errors (a constraint, a bug in a query) stay as they are: a 500. Errors
+// that are not the server's are taken as the way to it failing: a 503 for
+// a bug of ours (a scan into the wrong type) is less harm than a 500 for an
+// outage, which pgx reports in many shapes.
+func describePostgres(err error) error {
+	if err == nil || errors.Is(err, errUnavailable) || errors.Is(err, context.Canceled) {
+		return err // described already, or the client went away
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case strings.HasPrefix(pe.Code, "08"), strings.HasPrefix(pe.Code, "53"),
+			strings.HasPrefix(pe.Code, "57"), strings.HasPrefix(pe.Code, "58"),
+			pe.Code == "40001", pe.Code == "40P01", pe.Code == "55P03",
+			pe.Code == "25006": // read-only: a standby, or a failover under way
+			return fmt.Errorf("%w: %w", errUnavailable, err)
+		}
+		return err
+	}
+	if errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errUnavailable, err)
+}
+
+// isPostgresError reports whether err came from the PostgreSQL server.
+func isPostgresError(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe)
+}
+
+// pgChunks calls fn with every row of query, in ascending id order, reading
+// listChunk rows at a time (inChunks), as eachChunk does on SQLite: query's
+// last two parameters are the id to start after and the number of rows.
+func pgChunks[T any](ctx context.Context, s *pgStore, what string, scan pgx.RowToFunc[T], idOf func(T) int64, fn func(T) error, query string, args ...any) error {
+	return inChunks(func(after int64) ([]T, error) {
+		return pgRead(ctx, s, what, scan, query, append(args, after, listChunk)...)
+	}, idOf, fn)
+}
+
+// pgRead runs query and returns every row that scan reads. what names the
+// query in errors.
+func pgRead[T any](ctx context.Context, s *pgStore, what string, scan pgx.RowToFunc[T], query string, args ...any) ([]T, error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, describePostgres(err))
+	}
+	v, err := pgx.CollectRows(rows, scan)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, describePostgres(err))
+	}
+	return v, nil
+}

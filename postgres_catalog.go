@@ -1,0 +1,323 @@
+// postgres_catalog.go owns PostgreSQL's queries of the catalog: categories,
+// pets and orders, and the group commit's batches, which keep ids visible
+// in ascending order however many instances create at once.
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// pgBatch is a batch of creates on its way to PostgreSQL: one statement
+// per write, sent together and answered together.
+type pgBatch struct {
+	pgx.Batch
+	errs []error // each write's own failure, by its index in the batch
+	job  int     // the index of the write queuing now
+}
+
+// insertID queues an INSERT ... RETURNING id that sets *id. An INSERT that
+// returns no row (ON CONFLICT DO NOTHING, or a WHERE EXISTS that found no
+// referenced row) fails this write alone, with noRow: PostgreSQL would undo
+// the whole transaction for a statement that failed on a constraint, so the
+// statements are written not to fail on them.
+func (b *pgBatch) insertID(noRow error, id *int64, query string, args ...any) {
+	i := b.job
+	b.Queue(query, args...).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			b.errs[i] = noRow
+			return nil
+		}
+		return err
+	})
+}
+
+// lockCatalog makes the creates of all instances take turns, a batch at a
+// time, from before their ids are drawn until their commit is visible. A
+// sequence hands out ids in the order it is asked, but transactions commit
+// in any order: without the lock, id 11 could become visible before id 10,
+// and a client paging by after_id past 11 would never see 10. It is an
+// advisory lock, held to the end of the transaction, named by this
+// database's schema (so that petstores on other schemas of one database do
+// not wait for each other): a table lock strong enough to order inserters
+// would also block VACUUM and ANALYZE (SHARE UPDATE EXCLUSIVE), and
+// autovacuum would stall creates and never finish on a busy table. The lock
+// costs a statement per batch, not per create, sent with BEGIN.
+const lockCatalog = "SELECT pg_advisory_xact_lock(1885697139, " + schemaKey + ")"
+
+// schemaKey is the second half of petstore's advisory lock keys: the OID of
+// the schema the tables are in.
+const schemaKey = "coalesce(to_regnamespace(current_schema())::oid::int4, 0)"
+
+// commitBatch is the group commit's commit on PostgreSQL: BEGIN and the
+// lock, then every write in one round trip, then COMMIT; each write is
+// answered after the commit, and within the busy timeout of its arrival:
+// the batch must commit by its oldest write's deadline. A failure of the transaction fails every
+// write in it as errUnavailable. When the connection breaks during COMMIT,
+// the writes may or may not have been made: they are answered 503 too, as
+// PostgreSQL cannot say.
+func (s *pgStore) commitBatch(batch []*writeJob[*pgBatch]) {
+	b := &pgBatch{errs: make([]error, len(batch))}
+	queued := make([]bool, len(batch))
+	answered := make([]bool, len(batch))
+	var deadline time.Time // the busy timeout of the batch's oldest write
+	for i, j := range batch {
+		if err := j.ctx.Err(); err != nil {
+			j.done <- err // the client is gone: do not write for it
+			answered[i] = true
+			continue
+		}
+		end := j.start.Add(s.busy)
+		if !time.Now().Before(end) {
+			// It waited out its busy timeout behind batches that could not
+			// commit: answer now, as SQLite's busy timeout would.
+			j.done <- fmt.Errorf("%w: no commit within the busy timeout (%v)", errUnavailable, s.busy)
+			answered[i] = true
+			continue
+		}
+		b.job = i
+		if err := j.run(b); err != nil {
+			b.errs[i] = err
+			continue
+		}
+		queued[i] = true
+		if deadline.IsZero() || end.Before(deadline) {
+			deadline = end
+		}
+	}
+	var err error
+	if !deadline.IsZero() {
+		err = s.sendBatch(b, deadline)
+	}
+	for i, j := range batch {
+		if answered[i] {
+			continue
+		}
+		if err != nil && queued[i] {
+			b.errs[i] = fmt.Errorf("%w: the batch's transaction failed: %w", errUnavailable, err)
+		}
+		j.done <- b.errs[i]
+	}
+}
+
+// sendBatch runs b in a transaction that must commit by deadline.
+func (s *pgStore) sendBatch(b *pgBatch, deadline time.Time) error {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	// The lock comes with BEGIN, in one round trip, before the batch: pgx
+	// prepares a batch's new statements before it runs any of them, and
+	// preparing an INSERT takes the table's ROW EXCLUSIVE lock, which must
+	// not come first with a lock that conflicts with it (a table lock once
+	// did: two instances deadlocked).
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; " + lockCatalog})
+	if err != nil {
+		return describePostgres(err)
+	}
+	defer tx.Rollback(ctx) // after a commit, a no-op
+	if err := tx.SendBatch(ctx, &b.Batch).Close(); err != nil {
+		return describePostgres(err)
+	}
+	return describePostgres(tx.Commit(ctx))
+}
+
+func (s *pgStore) CreateCategory(ctx context.Context, c Category, fold string) (Category, error) {
+	err := s.group.write(ctx, func(b *pgBatch) error {
+		b.insertID(errConflict, &c.ID,
+			"INSERT INTO categories (name, fold, description) VALUES ($1, $2, $3) ON CONFLICT (fold) DO NOTHING RETURNING id",
+			c.Name, fold, c.Description)
+		return nil
+	})
+	if err != nil {
+		return Category{}, wrapCreate("insert category", err)
+	}
+	return c, nil
+}
+
+// wrapCreate describes a create's error, but for the refusals a handler
+// answers as they are.
+func wrapCreate(what string, err error) error {
+	if errors.Is(err, errConflict) || errors.Is(err, errNoReference) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", what, describePostgres(err))
+}
+
+// CategoriesGen is the highest id of a visible category: categories are
+// never changed or deleted, and ids become visible in ascending order, so
+// it names the set of them. Asking the database every time is what lets
+// every instance serve a cached list that is never missing a category that
+// another one has acknowledged; the requests that ask at once share one
+// query (sharedRead).
+func (s *pgStore) CategoriesGen(ctx context.Context) (uint64, error) {
+	ctx, cancel := s.op(ctx) // the wait for a round in flight counts too
+	defer cancel()
+	gen, err := s.categoriesGen.read(ctx, func() (uint64, error) {
+		ctx, cancel := s.op(context.Background())
+		defer cancel()
+		var id int64
+		if err := s.pool.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM categories").Scan(&id); err != nil {
+			return 0, fmt.Errorf("read categories generation: %w", describePostgres(err))
+		}
+		return uint64(id), nil
+	})
+	if err != nil {
+		return 0, describePostgres(err)
+	}
+	return gen, nil
+}
+
+// sharedRead lets the callers that want a fresh value at once share one
+// read of it, as the group commit lets writes share a commit. A caller
+// never gets a value read before it called: it joins the read that starts
+// next, which starts when the one in flight ends. Under load, one query
+// answers all the GETs that arrived while the previous one ran, instead of
+// one query each.
+type sharedRead struct {
+	mu      sync.Mutex
+	running bool
+	next    *readRound // the round the callers arriving now wait for
+}
+
+// readRound is one read and the callers waiting for it.
+type readRound struct {
+	done    chan struct{}
+	v       uint64
+	err     error
+	waiters int // callers that joined it: for the tests
+}
+
+// read returns a value that query read after read was called.
+func (sr *sharedRead) read(ctx context.Context, query func() (uint64, error)) (uint64, error) {
+	sr.mu.Lock()
+	r := sr.next
+	if r == nil {
+		r = &readRound{done: make(chan struct{})}
+		sr.next = r
+	}
+	r.waiters++
+	lead := !sr.running
+	if lead {
+		sr.running, sr.next = true, nil
+	}
+	sr.mu.Unlock()
+	if lead {
+		sr.run(r, query)
+	}
+	select {
+	case <-r.done:
+		return r.v, r.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// run reads for round r, then starts the round that gathered meanwhile,
+// if any, in a goroutine of its own: r's caller need not wait for it.
+func (sr *sharedRead) run(r *readRound, query func() (uint64, error)) {
+	r.v, r.err = query()
+	close(r.done)
+	sr.mu.Lock()
+	next := sr.next
+	sr.next = nil
+	sr.running = next != nil
+	sr.mu.Unlock()
+	if next != nil {
+		go sr.run(next, query)
+	}
+}
+
+const pgCategoriesAfter = "SELECT id, name, description FROM categories WHERE id > $1 ORDER BY id LIMIT $2"
+
+func (s *pgStore) EachCategory(ctx context.Context, fn func(Category) error) error {
+	s.categoryListReads.Add(1)
+	return pgChunks(ctx, s, "list categories", pgScanCategory, func(c Category) int64 { return c.ID }, fn, pgCategoriesAfter)
+}
+
+func (s *pgStore) EachCategoryAfter(ctx context.Context, afterID int64, limit int, fn func(Category) error) error {
+	page, err := pgRead(ctx, s, "list categories", pgScanCategory, pgCategoriesAfter, afterID, limit)
+	if err != nil {
+		return err
+	}
+	for _, c := range page {
+		if err := fn(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func pgScanCategory(row pgx.CollectableRow) (Category, error) {
+	var c Category
+	err := row.Scan(&c.ID, &c.Name, &c.Description)
+	return c, err
+}
+
+func (s *pgStore) CreatePet(ctx context.Context, p Pet) (Pet, error) {
+	err := s.group.write(ctx, func(b *pgBatch) error {
+		b.insertID(errNoReference, &p.ID, `INSERT INTO pets (name, category_id, status)
+			SELECT $1::text, $2::bigint, $3::text WHERE EXISTS (SELECT 1 FROM categories WHERE id = $2) RETURNING id`,
+			p.Name, p.CategoryID, p.Status)
+		return nil
+	})
+	if err != nil {
+		return Pet{}, wrapCreate("insert pet", err)
+	}
+	return p, nil
+}
+
+func (s *pgStore) EachPet(ctx context.Context, f petFilter, fn func(Pet) error) error {
+	return pgChunks(ctx, s, "list pets", pgScanPet, func(p Pet) int64 { return p.ID }, fn, `SELECT id, name, category_id, status FROM pets
+		WHERE ($1::bigint = 0 OR category_id = $1) AND ($2::text = '' OR status = $2) AND id > $3 ORDER BY id LIMIT $4`,
+		f.CategoryID, f.Status)
+}
+
+func (s *pgStore) Pet(ctx context.Context, id int64) (Pet, error) {
+	pets, err := pgRead(ctx, s, fmt.Sprintf("read pet %d", id), pgScanPet,
+		"SELECT id, name, category_id, status FROM pets WHERE id = $1", id)
+	if err != nil {
+		return Pet{}, err
+	}
+	if len(pets) == 0 {
+		return Pet{}, errNotFound
+	}
+	return pets[0], nil
+}
+
+func pgScanPet(row pgx.CollectableRow) (Pet, error) {
+	var p Pet
+	err := row.Scan(&p.ID, &p.Name, &p.CategoryID, &p.Status)
+	return p, err
+}
+
+func (s *pgStore) CreateOrder(ctx context.Context, o Order) (Order, error) {
+	created := s.now().UTC().Truncate(time.Second)
+	o.CreatedAt = created.Format(time.RFC3339)
+	err := s.group.write(ctx, func(b *pgBatch) error {
+		b.insertID(errNoReference, &o.ID, `INSERT INTO orders (pet_id, quantity, status, created_at)
+			SELECT $1::bigint, $2::integer, $3::text, $4::timestamptz WHERE EXISTS (SELECT 1 FROM pets WHERE id = $1) RETURNING id`,
+			o.PetID, o.Quantity, o.Status, created)
+		return nil
+	})
+	if err != nil {
+		return Order{}, wrapCreate("insert order", err)
+	}
+	return o, nil
+}
+
+func (s *pgStore) EachOrder(ctx context.Context, fn func(Order) error) error {
+	return pgChunks(ctx, s, "list orders", func(row pgx.CollectableRow) (Order, error) {
+		var o Order
+		var created time.Time
+		err := row.Scan(&o.ID, &o.PetID, &o.Quantity, &o.Status, &created)
+		o.CreatedAt = created.UTC().Format(time.RFC3339)
+		return o, err
+	}, func(o Order) int64 { return o.ID }, fn,
+		"SELECT id, pet_id, quantity, status, created_at FROM orders WHERE id > $1 ORDER BY id LIMIT $2")
+}

@@ -1,0 +1,166 @@
+// postgres_keys.go owns PostgreSQL's queries of the API keys (their bans
+// included) and of the day counts, which every instance adds to and reads.
+
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+const pgKeyColumns = "id, hash, name, plan, rpm, rpd, env, created_at, revoked_at IS NOT NULL, banned_until, seq"
+
+func pgScanKey(row pgx.CollectableRow) (apiKey, error) {
+	var k apiKey
+	var hash []byte
+	var rpm, rpd *int64
+	var banned *time.Time
+	if err := row.Scan(&k.ID, &hash, &k.Name, &k.Plan, &rpm, &rpd, &k.Env, &k.CreatedAt, &k.Revoked, &banned, &k.seq); err != nil {
+		return k, err
+	}
+	copy(k.Hash[:], hash)
+	if rpm != nil && rpd != nil {
+		k.RPM, k.RPD = *rpm, *rpd
+	}
+	k.CreatedAt = k.CreatedAt.UTC()
+	if banned != nil {
+		k.BannedUntil = banned.UTC()
+	}
+	return k, nil
+}
+
+// lockKeys is the advisory lock of the changes to api_keys (see
+// lockCatalog for why advisory).
+const lockKeys = "SELECT pg_advisory_xact_lock(1801812339, " + schemaKey + ")"
+
+// keyWrite runs fn in a transaction that holds lockKeys, taken before the
+// change's seq is drawn (nextSeq) and held until its commit is visible:
+// changes become visible in seq order, so a keyring that polls for seq
+// above the last it saw never misses one, however the instances' writes
+// interleave. Keys change rarely; the lock does not block reads.
+func (s *pgStore) keyWrite(ctx context.Context, what string, fn func(tx pgx.Tx) error) error {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{BeginQuery: "BEGIN; " + lockKeys}, fn)
+	if err != nil && !errors.Is(err, errNotFound) {
+		return fmt.Errorf("%s: %w", what, describePostgres(err))
+	}
+	return err
+}
+
+func (s *pgStore) CreateKey(ctx context.Context, hash [32]byte, name, planName string, rpm, rpd int64, env string) (apiKey, error) {
+	var lim [2]any
+	if planName == "enterprise" {
+		lim = [2]any{rpm, rpd}
+	}
+	var k apiKey
+	err := s.keyWrite(ctx, "insert key", func(tx pgx.Tx) error {
+		rows, _ := tx.Query(ctx, "INSERT INTO api_keys (hash, name, plan, rpm, rpd, env, created_at, seq) "+
+			"VALUES ($1, $2, $3, $4, $5, $6, $7, "+nextSeq+") RETURNING "+pgKeyColumns,
+			hash[:], name, planName, lim[0], lim[1], env, s.now().UTC().Truncate(time.Second))
+		var err error
+		k, err = pgx.CollectExactlyOneRow(rows, pgScanKey)
+		return err
+	})
+	return k, err
+}
+
+// CreateFirstKey checks and inserts under the table's lock: of instances
+// that start at once on a new database, the first to take it creates the
+// key, and the others find it there.
+func (s *pgStore) CreateFirstKey(ctx context.Context, hash [32]byte, name, env string) (apiKey, bool, error) {
+	var keys []apiKey
+	err := s.keyWrite(ctx, "insert first key", func(tx pgx.Tx) error {
+		rows, _ := tx.Query(ctx, "INSERT INTO api_keys (hash, name, plan, env, created_at, seq) "+
+			"SELECT $1, $2, 'free', $3, $4, "+nextSeq+" WHERE NOT EXISTS (SELECT 1 FROM api_keys) RETURNING "+pgKeyColumns,
+			hash[:], name, env, s.now().UTC().Truncate(time.Second))
+		var err error
+		keys, err = pgx.CollectRows(rows, pgScanKey)
+		return err
+	})
+	if err != nil || len(keys) == 0 {
+		return apiKey{}, false, err
+	}
+	return keys[0], true, nil
+}
+
+func (s *pgStore) KeysSince(ctx context.Context, seq int64) ([]apiKey, error) {
+	return pgRead(ctx, s, "list keys", pgScanKey, "SELECT "+pgKeyColumns+" FROM api_keys WHERE seq > $1 ORDER BY id", seq)
+}
+
+func (s *pgStore) RevokeKey(ctx context.Context, id int64) error {
+	return s.updateKey(ctx, id, "revoked_at = coalesce(revoked_at, $1)", s.now().UTC().Truncate(time.Second))
+}
+
+// SetKeyBan stores the ban's end rounded up to PostgreSQL's microsecond, so
+// that waiting out its Retry-After is enough after a restart too.
+func (s *pgStore) SetKeyBan(ctx context.Context, id int64, until time.Time) error {
+	var v any
+	if !until.IsZero() {
+		t := until.Truncate(time.Microsecond)
+		if t.Before(until) {
+			t = t.Add(time.Microsecond)
+		}
+		v = t
+	}
+	return s.updateKey(ctx, id, "banned_until = $1", v)
+}
+
+func (s *pgStore) updateKey(ctx context.Context, id int64, set string, arg any) error {
+	return s.keyWrite(ctx, fmt.Sprintf("update key %d", id), func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, "UPDATE api_keys SET "+set+", seq = "+nextSeq+" WHERE id = $2", arg, id)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return errNotFound
+		}
+		return nil
+	})
+}
+
+func (s *pgStore) DayCounts(ctx context.Context, day string) (map[int64]int64, error) {
+	type count struct{ id, n int64 }
+	rows, err := pgRead(ctx, s, "read day counts", func(row pgx.CollectableRow) (count, error) {
+		var c count
+		err := row.Scan(&c.id, &c.n)
+		return c, err
+	}, "SELECT key_id, count FROM usage WHERE day = $1::text::date", day)
+	if err != nil {
+		return nil, err
+	}
+	counts := make(map[int64]int64, len(rows))
+	for _, c := range rows {
+		counts[c.id] = c.n
+	}
+	return counts, nil
+}
+
+// AddDayCounts adds the deltas in one transaction, in (key, day) order:
+// instances that add to the same rows at once then lock them in the same
+// order, and never deadlock.
+func (s *pgStore) AddDayCounts(ctx context.Context, deltas []dayDelta) error {
+	sorted := slices.SortedFunc(slices.Values(deltas), func(a, b dayDelta) int {
+		return cmp.Or(cmp.Compare(a.KeyID, b.KeyID), cmp.Compare(a.Day, b.Day))
+	})
+	ctx, cancel := s.op(ctx)
+	defer cancel()
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var b pgx.Batch
+		for _, d := range sorted {
+			b.Queue(`INSERT INTO usage (key_id, day, count) VALUES ($1, $2::text::date, $3)
+				ON CONFLICT (key_id, day) DO UPDATE SET count = usage.count + excluded.count`, d.KeyID, d.Day, d.N)
+		}
+		return tx.SendBatch(ctx, &b).Close()
+	})
+	if err != nil {
+		return fmt.Errorf("add day counts: %w", describePostgres(err))
+	}
+	return nil
+}
