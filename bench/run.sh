@@ -3,6 +3,11 @@
 # BENCHMARKS.md. Prints one Markdown table and saves it to bench/out/results.md.
 #   DURATION=10s RUNS=3 WARMUP=3s bench/run.sh    # the full run (about 4 min)
 #   QUICK=1 bench/run.sh                          # smoke test: 1 x 2 s, no 1M rows
+# Rows 7 run petstore on PostgreSQL (PETSTORE_BENCH_POSTGRES, default the
+# local test database; a schema of its own, dropped at the end), with
+# PostgreSQL's processes pinned to CPU 0 beside wrk for the run. Rows 8 run
+# petstore on SQLite with --redis, on a private redis-server pinned to CPU 0
+# beside wrk (skipped without redis-server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,7 +27,14 @@ cleanup() {
 	wait 2>/dev/null || true
 	rm -rf "$TMP"
 }
-trap cleanup EXIT
+PG_BASE=${PETSTORE_BENCH_POSTGRES:-postgres://postgres@127.0.0.1:5432/test}
+PG_SCHEMA=bench_$$_$RANDOM
+PG_PIDS=()
+pg_ok() { psql -qtA "$PG_BASE" -c 'SELECT 1' >/dev/null 2>&1; }
+pg_pin() { # cpus: every PostgreSQL process, and the backends they fork, on these CPUs
+	for p in "${PG_PIDS[@]}"; do taskset -a -p -c "$1" "$p" >/dev/null 2>&1 || true; done
+}
+trap 'cleanup; if [[ -n ${PG_ON:-} ]]; then pg_pin "0-$(($(nproc) - 1))"; psql -q "$PG_BASE" -c "DROP SCHEMA IF EXISTS $PG_SCHEMA CASCADE" >/dev/null 2>&1 || true; fi' EXIT
 log() { echo "bench: $*" >&2; }
 
 log "building"
@@ -49,9 +61,10 @@ start() { # name cmd...: the server runs alone on CPU 1, wrk on CPU 0
 stop() { kill "$1"; wait "$1" 2>/dev/null || true; }
 hwm_mib() { awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$1/status"; }
 petstore() { "$TMP/petstore" "$@"; }
-serve_petstore() { # db: the default log level, so each request is logged as in production
+serve_petstore() { # db [flags...]: the default log level, so each request is logged as in production
+	local db=$1; shift
 	PORT=$(free_port)
-	start petstore "$TMP/petstore" serve --db "$1" --addr "127.0.0.1:$PORT" --admin-addr off
+	start petstore "$TMP/petstore" serve --db "$db" --addr "127.0.0.1:$PORT" --admin-addr off "$@"
 	P="http://127.0.0.1:$PORT"
 	wait_up "$P/healthz"
 }
@@ -138,6 +151,61 @@ H_PID=$PID
 H="http://127.0.0.1:$PORT"
 wait_up "$H/healthz"
 
+# The same server on PostgreSQL, on CPU 1 too, with PostgreSQL on CPU 0.
+Q=""
+if command -v psql >/dev/null && pg_ok; then
+	PG_ON=1
+	mapfile -t PG_PIDS < <(pgrep -x postgres || pgrep -f 'postgres: ' || true)
+	psql -q "$PG_BASE" -c "CREATE SCHEMA $PG_SCHEMA" >/dev/null
+	PGDB="$PG_BASE?search_path=$PG_SCHEMA"
+	[[ $PG_BASE == *\?* ]] && PGDB="$PG_BASE&search_path=$PG_SCHEMA"
+	petstore keys create --db "$PGDB" --plan enterprise --rpm 100000000 --rpd 100000000000 --name bench >"$TMP/pgkey" 2>/dev/null
+	PG_AUTH=(-H "Authorization: Bearer $(cat "$TMP/pgkey")")
+	pg_pin 0
+	PS_P=$P
+	serve_petstore "$PGDB"
+	Q=$P Q_PID=$PID P=$PS_P
+	log "seeding 100 categories on PostgreSQL"
+	for i in $(seq -f %03g 1 100); do
+		curl -sf -o /dev/null "${PG_AUTH[@]}" -H 'Content-Type: application/json' \
+			-d "{\"name\":\"cat-$i\",\"description\":\"Benchmark category number $i\"}" "$Q/v1/categories"
+	done
+	cmp -s <(curl -s "${PG_AUTH[@]}" "$Q/v1/categories") "$TMP/list.json" || log "WARNING: the PostgreSQL list differs from SQLite's"
+	warm "$Q/v1/categories" "${PG_AUTH[@]}"
+	warm "$Q/v1/categories?limit=100" "${PG_AUTH[@]}"
+else
+	log "PostgreSQL does not answer at $PG_BASE: rows 7 are not run"
+fi
+
+# The same server on SQLite with --redis (a copy of the seeded database),
+# on CPU 1, with a private redis-server on CPU 0.
+R=""
+if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
+	RPORT=$(free_port)
+	taskset -c 0 redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no >"$TMP/redis.log" 2>&1 &
+	PIDS+=("$!")
+	for _ in $(seq 250); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.02; done
+	cp "$TMP/seeded.db" "$TMP/redis.db"
+	PS_P=$P
+	MPORT=$(free_port)
+	serve_petstore "$TMP/redis.db" --redis "redis://127.0.0.1:$RPORT" --admin-addr "127.0.0.1:$MPORT"
+	R=$P R_PID=$PID P=$PS_P
+	curl -sf "http://127.0.0.1:$MPORT/readyz" | grep -q '"limits":"redis"' || log "WARNING: petstore does not use Redis"
+	warm "$R/v1/categories" "${AUTH[@]}"
+else
+	log "no redis-server: rows 8 are not run"
+fi
+# redis_reads: the socket reads the private Redis has made: one per round
+# trip, however many calls a read carries (auto-pipelining).
+redis_reads() { redis-cli -p "$RPORT" info stats | awk -F: '/^total_reads_processed/ {print $2 + 0}'; }
+# round_trips before label: Redis's reads per request over label's runs
+# (wrk's requests, from its output), given the reads before them.
+round_trips() {
+	local before=$1 label=$2 reqs
+	reqs=$(cat "$OUT/wrk/$label"-*.txt | awk '/requests in/ {n += $1} END {print n}')
+	awk -v a="$(redis_reads)" -v b="$before" -v r="$reqs" 'BEGIN {printf "%.3f", (a - b) / r}'
+}
+
 warm "$P/v1/categories" "${AUTH[@]}"
 warm "$B/v1/categories"
 warm "$H/v1/categories"
@@ -145,7 +213,18 @@ for i in $(seq "$RUNS"); do
 	run_once get-petstore "$i" "$P/v1/categories" "${AUTH[@]}"
 	run_once get-baseline "$i" "$B/v1/categories"
 	run_once get-headers "$i" "$H/v1/categories"
+	if [[ -n $Q ]]; then
+		run_once get-pg "$i" "$Q/v1/categories" "${PG_AUTH[@]}"
+		# A full page is served from memory without asking the database:
+		# the difference to the list is what read-your-writes costs.
+		run_once page-pg "$i" "$Q/v1/categories?limit=100" "${PG_AUTH[@]}"
+	fi
+	if [[ -n $R ]]; then
+		[[ $i == 1 ]] && R_GET_READS=$(redis_reads)
+		run_once get-redis "$i" "$R/v1/categories" "${AUTH[@]}"
+	fi
 done
+[[ -z $R ]] || R_GET_RT=$(round_trips "$R_GET_READS" get-redis)
 stop "$H_PID"
 summarize get-petstore
 G_RPS=$RPS G_P50=$P50 G_P99=$P99 G_BAD=$(note)
@@ -156,10 +235,16 @@ HG_RPS=$RPS HG_P50=$P50 HG_P99=$P99
 
 warm "$P/v1/categories" "${AUTH[@]}" -s bench/post.lua
 warm "$B/v1/categories" -s bench/post.lua
+[[ -z $Q ]] || warm "$Q/v1/categories" "${PG_AUTH[@]}" -s bench/post.lua
+[[ -z $R ]] || warm "$R/v1/categories" "${AUTH[@]}" -s bench/post.lua
+[[ -z $R ]] || R_POST_READS=$(redis_reads)
 for i in $(seq "$RUNS"); do
 	run_once post-petstore "$i" "$P/v1/categories" "${AUTH[@]}" -s bench/post.lua
 	run_once post-baseline "$i" "$B/v1/categories" -s bench/post.lua
+	[[ -z $Q ]] || run_once post-pg "$i" "$Q/v1/categories" "${PG_AUTH[@]}" -s bench/post.lua
+	[[ -z $R ]] || run_once post-redis "$i" "$R/v1/categories" "${AUTH[@]}" -s bench/post.lua
 done
+[[ -z $R ]] || R_POST_RT=$(round_trips "$R_POST_READS" post-redis)
 summarize post-petstore
 C_RPS=$RPS C_P50=$P50 C_P99=$P99 C_BAD=$(note)
 summarize post-baseline
@@ -178,6 +263,11 @@ row 2 "POST /v1/categories: petstore${C_BAD}" "$C_RPS" "$C_P50" "$C_P99" "" "" "
 row 2 "POST /v1/categories: baseline (decode only)" "$BC_RPS" "$BC_P50" "$BC_P99" "" "" 1.00 "" ""
 row 3 "peak RSS (VmHWM) under rows 1-2: petstore" "" "" "" "$RSS MiB" "" "$(ratio "$RSS" "$B_RSS")" "<= 25 MiB" "$(ok "$RSS <= 25")"
 row 3 "peak RSS (VmHWM) under rows 1-2: baseline" "" "" "" "$B_RSS MiB" "" 1.00 "" ""
+
+if [[ -n $Q ]]; then
+	stop "$Q_PID"
+	pg_pin "0-$(($(nproc) - 1))"
+fi
 
 SIZE=$(stat -c %s "$TMP/petstore") B_SIZE=$(stat -c %s "$TMP/baseline")
 mib() { awk -v b="$1" 'BEGIN {printf "%.1f", b / 1048576}'; }
@@ -225,6 +315,26 @@ if [[ $QUICK != 1 ]]; then
 	fi
 	row 6 "1M rows: peak RSS (VmHWM) after all of row 6" "" "" "" "$(hwm_mib "$PID") MiB" "" "" "" ""
 	stop "$PID"
+fi
+
+# --- PostgreSQL, measured beside rows 1-2 --------------------------------
+if [[ -n $Q ]]; then
+	summarize get-pg
+	row 7 "GET /v1/categories, 100 rows: petstore on PostgreSQL$(note)" "$RPS" "$P50" "$P99" "" "" "$(ratio "$RPS" "$G_RPS") (vs row 1)" ">= 0.50 x row 1" "$(ok "$RPS >= 0.5 * $G_RPS")"
+	Q_GET=$RPS
+	summarize page-pg
+	row 7 "GET one full page (limit=100), no database query: petstore on PostgreSQL$(note)" "$RPS" "$P50" "$P99" "" \
+		"read-your-writes: $(awk -v a="$Q_GET" -v b="$RPS" 'BEGIN {printf "%.1f", 1e6 / a - 1e6 / b}') us/GET" "$(ratio "$RPS" "$G_RPS") (vs row 1)" "" ""
+	summarize post-pg
+	row 7 "POST /v1/categories: petstore on PostgreSQL$(note)" "$RPS" "$P50" "$P99" "" "" "$(ratio "$RPS" "$C_RPS") (vs row 2)" ">= 0.50 x row 2" "$(ok "$RPS >= 0.5 * $C_RPS")"
+fi
+
+# --- Redis, measured beside rows 1-2 -------------------------------------
+if [[ -n $R ]]; then
+	summarize get-redis
+	row 8 "GET /v1/categories, 100 rows: petstore with --redis$(note)" "$RPS" "$P50" "$P99" "" "Redis round trips/request: $R_GET_RT" "$(ratio "$RPS" "$G_RPS") (vs row 1)" ">= 0.60 x row 1" "$(ok "$RPS >= 0.6 * $G_RPS")"
+	summarize post-redis
+	row 8 "POST /v1/categories: petstore with --redis$(note)" "$RPS" "$P50" "$P99" "" "Redis round trips/request: $R_POST_RT" "$(ratio "$RPS" "$C_RPS") (vs row 2)" "" ""
 fi
 
 # --- the table -------------------------------------------------------------
