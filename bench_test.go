@@ -27,7 +27,7 @@ func benchServer(b testing.TB) (http.Handler, string, *sqliteStore) {
 	for i := range 100 {
 		name := fmt.Sprintf("category %03d", i)
 		desc := "a category for benchmarks"
-		if _, err := store.CreateCategory(context.Background(), Category{Name: name, Description: &desc}, foldName(name)); err != nil {
+		if _, err := store.CreateCategory(context.Background(), Category{Name: name, Description: &desc}, foldName(name), nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -38,7 +38,7 @@ func benchServer(b testing.TB) (http.Handler, string, *sqliteStore) {
 	}
 	cfg := serveConfig{env: "production", publicURL: "http://localhost:8080/v1", busyTimeout: defaultBusyTimeout,
 		petsDeprecatedAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), petsSunsetAt: time.Date(2027, 7, 1, 0, 0, 0, 0, time.UTC)}
-	h := newServer(newLogger("text", 0, io.Discard), newRequestLog("text", 0, &logWriter{w: io.Discard}), store, keys, lim, newServerMetrics(lim, store), cfg)
+	h := newServer(newLogger("text", 0, io.Discard), newRequestLog("text", 0, &logWriter{w: io.Discard}), store, newIdempotency(store, defaultIdemTTL, defaultBusyTimeout, time.Now), keys, lim, newServerMetrics(lim, store), cfg)
 	return h, secret, store
 }
 
@@ -60,7 +60,13 @@ func BenchmarkHandlerListCategories(b *testing.B) {
 
 // BenchmarkHandlerCreateCategory is POST /v1/categories through the whole
 // handler, from parallel clients, each create durable (group commit).
-func BenchmarkHandlerCreateCategory(b *testing.B) {
+func BenchmarkHandlerCreateCategory(b *testing.B) { benchCreate(b, false) }
+
+// BenchmarkHandlerCreateCategoryKeyed is the same with an Idempotency-Key
+// of its own on each request: what storing the answers costs.
+func BenchmarkHandlerCreateCategoryKeyed(b *testing.B) { benchCreate(b, true) }
+
+func benchCreate(b *testing.B, keyed bool) {
 	h, key, _ := benchServer(b)
 	var n atomic.Int64
 	b.ReportAllocs()
@@ -71,9 +77,12 @@ func BenchmarkHandlerCreateCategory(b *testing.B) {
 			req := httptest.NewRequest("POST", "/v1/categories", strings.NewReader(body))
 			req.Header.Set("Authorization", "Bearer "+key)
 			req.Header.Set("Content-Type", "application/json")
+			if keyed {
+				req.Header.Set("Idempotency-Key", body[9:len(body)-2])
+			}
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, req)
-			if w.Code != 201 {
+			if w.Code != 201 || (keyed && w.Header().Get("Idempotency-Replayed") != "") {
 				b.Fatalf("status %d: %s", w.Code, w.Body)
 			}
 		}
@@ -109,7 +118,7 @@ func BenchmarkGroupCommitCreate(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			name := fmt.Sprintf("g %d", n.Add(1))
-			if _, err := store.CreateCategory(context.Background(), Category{Name: name}, name); err != nil {
+			if _, err := store.CreateCategory(context.Background(), Category{Name: name}, name, nil); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -97,10 +97,10 @@ func foldUnicode(name string) string {
 	return norm.NFC.String(cases.Fold().String(norm.NFC.String(name)))
 }
 
-func handleCategoryCreate(store Store) http.Handler {
-	return handleCreate[newCategory](store,
-		func(store Store, ctx context.Context, c Category) (Category, error) {
-			return store.CreateCategory(ctx, c, foldName(c.Name))
+func handleCategoryCreate(store Store, idem *idempotency) http.Handler {
+	return handleCreate[newCategory](store, idem,
+		func(store Store, ctx context.Context, c Category, w *idemWrite[Category]) (Category, error) {
+			return store.CreateCategory(ctx, c, foldName(c.Name), w)
 		},
 		func(c Category, err error) *apiError {
 			if errors.Is(err, errConflict) {

@@ -32,7 +32,8 @@ const usageText = `petstore: the pet store API server
 Usage:
   petstore serve [--db PATH|URL] [--db-max-conns N] [--addr HOST:PORT] [--admin-addr HOST:PORT] [--env production|staging]
                 [--public-url URL] [--trust-proxy] [--anon-rpm N] [--max-addrs N]
-                [--ban-threshold N] [--ban-duration D]
+                [--ban-threshold N] [--ban-duration D] [--idempotency-ttl D]
+                [--redis URL] [--redis-timeout D] [--redis-prefix TEXT]
                 [--pets-deprecated-at DATE] [--pets-sunset-at DATE] [--busy-timeout D] [--shutdown-timeout D]
                 [--read-header-timeout D] [--read-timeout D] [--write-timeout D] [--idle-timeout D]
                 [--log-format text|json] [--log-level debug|info|warn|error]
@@ -202,6 +203,7 @@ type serveConfig struct {
 	redis            string // a redis:// URL, or empty for in-process limits only
 	redisTimeout     time.Duration
 	redisPrefix      string
+	idempotencyTTL   time.Duration
 
 	busyTimeout       time.Duration
 	shutdownTimeout   time.Duration
@@ -249,6 +251,8 @@ func (cfg *serveConfig) validate() error {
 	case cfg.readHeaderTimeout <= 0, cfg.readTimeout <= 0, cfg.writeTimeout <= 0, cfg.idleTimeout <= 0:
 		return usagef("--read-header-timeout, --read-timeout, --write-timeout and --idle-timeout must be positive, got %v, %v, %v, %v",
 			cfg.readHeaderTimeout, cfg.readTimeout, cfg.writeTimeout, cfg.idleTimeout)
+	case cfg.idempotencyTTL < time.Minute:
+		return usagef("--idempotency-ttl must be at least 1m, got %v", cfg.idempotencyTTL)
 	case cfg.redisTimeout < time.Millisecond:
 		return usagef("--redis-timeout must be at least 1ms, got %v", cfg.redisTimeout)
 	case cfg.petsSunsetAt.Before(cfg.petsDeprecatedAt):
@@ -292,6 +296,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fs.StringVar(&cfg.redis, "redis", "", "a redis:// or rediss:// `URL`: rate limits shared by every instance that uses it; empty keeps them in this process")
 	fs.DurationVar(&cfg.redisTimeout, "redis-timeout", defaultRedisTimeout, "how long a request waits for Redis before this instance falls back to its own limits")
 	fs.StringVar(&cfg.redisPrefix, "redis-prefix", "petstore:", "what the names of petstore's keys in Redis begin with")
+	fs.DurationVar(&cfg.idempotencyTTL, "idempotency-ttl", defaultIdemTTL, "how long the answer to a POST sent with an Idempotency-Key is kept for its retries")
 	fs.DurationVar(&cfg.busyTimeout, "busy-timeout", defaultBusyTimeout, "how long an operation waits for the database (a SQLite lock another process holds; PostgreSQL's connection, locks and answer) before it answers 503")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long requests in flight may take to finish on SIGTERM")
 	fs.DurationVar(&cfg.readHeaderTimeout, "read-header-timeout", 5*time.Second, "how long a client may take to send its request headers")

@@ -183,7 +183,7 @@ func (ct *checkingTransport) report(t *testing.T) {
 // list the same operations.
 func TestRoutesMatchDocument(t *testing.T) {
 	var routes []string
-	for _, rt := range apiRoutes(nil, serveConfig{}) {
+	for _, rt := range apiRoutes(nil, nil, serveConfig{}) {
 		routes = append(routes, rt.pattern)
 	}
 	ops, err := documentOperations(openAPISource)

@@ -52,6 +52,10 @@ var copyTables = []copyTable{
 	{"categories", []copyColumn{{"id", colInt}, {"name", colText}, {"fold", colText}, {"description", colText}}, "id"},
 	{"pets", []copyColumn{{"id", colInt}, {"name", colText}, {"category_id", colInt}, {"status", colText}}, "id"},
 	{"orders", []copyColumn{{"id", colInt}, {"pet_id", colInt}, {"quantity", colInt}, {"status", colText}, {"created_at", colTime}}, "id"},
+	// The answers kept for retries: a client that retries after the move
+	// must not create twice. (PostgreSQL's running marks are not copied.)
+	{"idempotency", []copyColumn{{"key_id", colInt}, {"idem_key", colText}, {"fingerprint", colBytes}, {"status", colInt},
+		{"body", colBytes}, {"created_us", colInt}}, "key_id, idem_key"},
 }
 
 func (t copyTable) names() []string {

@@ -119,11 +119,11 @@ func (l lyingCounts) rowCount(ctx context.Context, t copyTable) (int64, error) {
 func TestCopyKeepsNothingWhenCountsDiffer(t *testing.T) {
 	ctx := context.Background()
 	src := testStore(t, filepath.Join(t.TempDir(), "src.db"), true)
-	c, err := src.CreateCategory(ctx, Category{Name: "Dogs"}, "dogs")
+	c, err := src.CreateCategory(ctx, Category{Name: "Dogs"}, "dogs", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := src.CreatePet(ctx, Pet{Name: "Rex", CategoryID: c.ID, Status: "available"}); err != nil {
+	if _, err := src.CreatePet(ctx, Pet{Name: "Rex", CategoryID: c.ID, Status: "available"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	dst := testStore(t, filepath.Join(t.TempDir(), "dst.db"), true)

@@ -29,6 +29,8 @@ var errorStatus = map[string]int{
 	"not_found":              http.StatusNotFound,
 	"method_not_allowed":     http.StatusMethodNotAllowed,
 	"conflict":               http.StatusConflict,
+	"idempotency_key_in_use": http.StatusConflict,
+	"idempotency_key_reused": http.StatusUnprocessableEntity,
 	"gone":                   http.StatusGone,
 	"payload_too_large":      http.StatusRequestEntityTooLarge,
 	"unsupported_media_type": http.StatusUnsupportedMediaType,

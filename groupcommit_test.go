@@ -24,7 +24,7 @@ func TestGroupCommitIsolatesFailures(t *testing.T) {
 			if i%4 == 0 {
 				name = "shared" // 100 creates of one name: one wins
 			}
-			_, errs[i] = s.CreateCategory(context.Background(), Category{Name: name}, foldName(name))
+			_, errs[i] = s.CreateCategory(context.Background(), Category{Name: name}, foldName(name), nil)
 		})
 	}
 	wg.Wait()
@@ -52,7 +52,7 @@ func TestGroupCommitSkipsCancelledWrites(t *testing.T) {
 	s := testStore(t, filepath.Join(t.TempDir(), "c.db"), true)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := s.CreateCategory(ctx, Category{Name: "gone"}, "gone"); err == nil {
+	if _, err := s.CreateCategory(ctx, Category{Name: "gone"}, "gone", nil); err == nil {
 		t.Fatal("a cancelled create succeeded")
 	}
 	rows := 0
@@ -69,7 +69,7 @@ func TestGroupCommitAfterClose(t *testing.T) {
 	s.Close()
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.CreateCategory(context.Background(), Category{Name: "late"}, "late")
+		_, err := s.CreateCategory(context.Background(), Category{Name: "late"}, "late", nil)
 		done <- err
 	}()
 	select {
@@ -94,7 +94,7 @@ func TestGroupCommitBatchesOnOneCPU(t *testing.T) {
 		wg.Go(func() {
 			for i := range each {
 				name := fmt.Sprintf("w%d-%d", w, i)
-				if _, err := s.CreateCategory(context.Background(), Category{Name: name}, name); err != nil {
+				if _, err := s.CreateCategory(context.Background(), Category{Name: name}, name, nil); err != nil {
 					t.Error(err)
 					return
 				}

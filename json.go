@@ -95,24 +95,42 @@ func writeJSONArray[T any](w http.ResponseWriter, r *http.Request, iterate func(
 // malformed JSON, trailing data or a non-object (400 invalid_json), and
 // unknown fields or wrong types (400 validation_failed).
 func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
+	body, done, err := readBody(w, r)
+	if err != nil {
+		return err
+	}
+	defer done() // the decoded values are copies; nothing keeps the bytes
+	return decodeBody(body, dst)
+}
+
+// readBody reads r's body, which must be JSON (415) of at most maxBodyBytes
+// (413), into a pooled buffer; done gives the buffer back.
+func readBody(w http.ResponseWriter, r *http.Request) (body []byte, done func(), err error) {
 	if !isJSONContentType(r.Header.Get("Content-Type")) {
-		return errorf("unsupported_media_type", "the request body must be application/json")
+		return nil, nil, errorf("unsupported_media_type", "the request body must be application/json")
 	}
 	if r.ContentLength > maxBodyBytes { // refuse before waiting for it
-		return errorf("payload_too_large", "the request body is larger than %d bytes", maxBodyBytes)
+		return nil, nil, errorf("payload_too_large", "the request body is larger than %d bytes", maxBodyBytes)
 	}
 	buf := bodyBuffers.Get().(*bytes.Buffer)
-	defer putBodyBuffer(buf) // the decoded values are copies; nothing keeps the bytes
 	buf.Reset()
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	body := buf.Bytes()
+	_, err = buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		return errorf("payload_too_large", "the request body is larger than %d bytes", maxBodyBytes)
+		err = errorf("payload_too_large", "the request body is larger than %d bytes", maxBodyBytes)
 	case err != nil:
-		return errorf("invalid_json", "the request body could not be read")
+		err = errorf("invalid_json", "the request body could not be read")
 	}
+	if err != nil {
+		putBodyBuffer(buf)
+		return nil, nil, err
+	}
+	return buf.Bytes(), func() { putBodyBuffer(buf) }, nil
+}
+
+// decodeBody decodes body, a JSON object, into dst, as decodeJSON says.
+func decodeBody(body []byte, dst any) error {
 	body = bytes.TrimLeft(body, " \t\r\n")
 	switch {
 	case len(body) == 0:
@@ -127,7 +145,7 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 		return shapeErr
 	}
 	// Unmarshal checks the whole body before it decodes any of it.
-	err = json.Unmarshal(body, dst)
+	err := json.Unmarshal(body, dst)
 	var syntaxErr *json.SyntaxError
 	if errors.As(err, &syntaxErr) {
 		// The decoder says whether the error is in the object or after it.

@@ -122,7 +122,8 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, unwrapOpError(err))
 	}
 	defer ln.Close()
-	servers := []*http.Server{newHTTPServer(newServer(logger, newRequestLog(cfg.logFormat, cfg.logLevel, logs), store, keys, limits, metrics, cfg), cfg, logger)}
+	idem := newIdempotency(store, cfg.idempotencyTTL, cfg.busyTimeout, clockOf(ctx))
+	servers := []*http.Server{newHTTPServer(newServer(logger, newRequestLog(cfg.logFormat, cfg.logLevel, logs), store, idem, keys, limits, metrics, cfg), cfg, logger)}
 	listeners := []net.Listener{ln}
 	if cfg.adminAddr != "" {
 		aln, err := net.Listen("tcp", cfg.adminAddr)
@@ -153,6 +154,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	}
 	up := &upkeep{lim: limits, store: store, bans: bans, m: metrics, log: logger, shared: isPostgresURL(cfg.db), now: time.Now}
 	wg.Go(func() { up.run(bgCtx) })
+	wg.Go(func() { idem.purge(bgCtx, logger) })
 	wg.Go(func() { logs.flushEvery(bgCtx, 100*time.Millisecond) })
 
 	serveErr := make(chan error, len(servers))

@@ -146,7 +146,14 @@ func startServer(t *testing.T, args ...string) *testServer {
 
 func startServerOn(t *testing.T, db, key string, args ...string) *testServer {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	return startServerIn(t, context.Background(), db, key, args...)
+}
+
+// startServerIn is startServerOn with run's context derived from parent,
+// which may carry a clock (clockKey).
+func startServerIn(t *testing.T, parent context.Context, db, key string, args ...string) *testServer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(parent)
 	stderr := &syncBuffer{}
 	done := make(chan error, 1)
 	all := append([]string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--db", db}, testRedisArgs(t, db)...)
@@ -820,7 +827,7 @@ func TestSchemaMatchesMigrations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ref.w.Exec("DROP TABLE orders; DROP TABLE pets; DROP TABLE usage; DROP TABLE categories; DROP TABLE api_keys; DROP TABLE schema_migrations;"); err != nil {
+	if _, err := ref.w.Exec("DROP TABLE idempotency; DROP TABLE orders; DROP TABLE pets; DROP TABLE usage; DROP TABLE categories; DROP TABLE api_keys; DROP TABLE schema_migrations;"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ref.w.Exec(string(sch)); err != nil {
@@ -955,7 +962,7 @@ func TestTooLargeListIsNotReadTwice(t *testing.T) {
 		}
 		return list
 	}
-	if _, err := s.CreateCategory(context.Background(), Category{Name: "small"}, "small"); err != nil {
+	if _, err := s.CreateCategory(context.Background(), Category{Name: "small"}, "small", nil); err != nil {
 		t.Fatal(err)
 	}
 	if list := get(); len(list) != 1 || h.cached.Load() == nil {
@@ -969,7 +976,7 @@ func TestTooLargeListIsNotReadTwice(t *testing.T) {
 	if list := get(); len(list) != 20001 || !h.tooLarge.Load() || h.cached.Load() != nil {
 		t.Fatalf("the large list: %d rows, too large %v, an old copy kept %v", len(list), h.tooLarge.Load(), h.cached.Load() != nil)
 	}
-	if _, err := s.CreateCategory(context.Background(), Category{Name: "last"}, "last"); err != nil {
+	if _, err := s.CreateCategory(context.Background(), Category{Name: "last"}, "last", nil); err != nil {
 		t.Fatal(err)
 	}
 	if list := get(); len(list) != 20002 || list[20001].Name != "last" {

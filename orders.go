@@ -30,8 +30,8 @@ func (o newOrder) validate() (Order, *apiError) {
 	return Order{PetID: *o.PetID, Quantity: *o.Quantity, Status: "placed"}, nil
 }
 
-func handleOrderCreate(store Store) http.Handler {
-	return handleCreate[newOrder](store, Store.CreateOrder, func(o Order, err error) *apiError {
+func handleOrderCreate(store Store, idem *idempotency) http.Handler {
+	return handleCreate[newOrder](store, idem, Store.CreateOrder, func(o Order, err error) *apiError {
 		if errors.Is(err, errNoReference) {
 			return errorf("validation_failed", "petId %d does not name an existing pet", o.PetID)
 		}

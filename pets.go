@@ -41,8 +41,8 @@ func (p newPet) validate() (Pet, *apiError) {
 	return Pet{Name: name, CategoryID: *p.CategoryID, Status: status}, nil
 }
 
-func handlePetCreate(store Store) http.Handler {
-	return handleCreate[newPet](store, Store.CreatePet, func(p Pet, err error) *apiError {
+func handlePetCreate(store Store, idem *idempotency) http.Handler {
+	return handleCreate[newPet](store, idem, Store.CreatePet, func(p Pet, err error) *apiError {
 		if errors.Is(err, errNoReference) {
 			return errorf("validation_failed", "categoryId %d does not name an existing category", p.CategoryID)
 		}

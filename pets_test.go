@@ -99,7 +99,7 @@ func TestPetNeedsCategoryInTheDatabase(t *testing.T) {
 	if _, err := s.w.Exec("INSERT INTO pets (name, category_id, status) VALUES ('x', 42, 'available')"); !isForeignKeyViolation(err) {
 		t.Errorf("orphan pet: %v, want a foreign key violation", err)
 	}
-	if _, err := s.CreateOrder(context.Background(), Order{PetID: 42, Quantity: 1, Status: "placed"}); err != errNoReference {
+	if _, err := s.CreateOrder(context.Background(), Order{PetID: 42, Quantity: 1, Status: "placed"}, nil); err != errNoReference {
 		t.Errorf("order of a missing pet: %v, want errNoReference", err)
 	}
 }

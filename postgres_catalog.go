@@ -20,6 +20,9 @@ type pgBatch struct {
 	pgx.Batch
 	errs []error // each write's own failure, by its index in the batch
 	job  int     // the index of the write queuing now
+	// then queue the second round, which the first one's answers decide:
+	// the keyed creates' answers (pgCreate).
+	then []func(next *pgx.Batch)
 }
 
 // insertID queues an INSERT ... RETURNING id that sets *id. An INSERT that
@@ -124,14 +127,33 @@ func (s *pgStore) sendBatch(b *pgBatch, deadline time.Time) error {
 	if err := tx.SendBatch(ctx, &b.Batch).Close(); err != nil {
 		return describePostgres(err)
 	}
+	if len(b.then) > 0 {
+		next := &pgx.Batch{}
+		for _, f := range b.then {
+			f(next)
+		}
+		if err := tx.SendBatch(ctx, next).Close(); err != nil {
+			return describePostgres(err)
+		}
+	}
 	return describePostgres(tx.Commit(ctx))
 }
 
-func (s *pgStore) CreateCategory(ctx context.Context, c Category, fold string) (Category, error) {
+// The creates' statements, without an Idempotency-Key and with one
+// (keyedForm). Each INSERT returns no row rather than fail on a constraint:
+// PostgreSQL would abort the batch's whole transaction.
+var (
+	pgInsertCategory, pgInsertCategoryKeyed = keyedForm(`INSERT INTO categories (name, fold, description)
+		SELECT $1::text, $2::text, $3::text WHERE true%s ON CONFLICT (fold) DO NOTHING RETURNING id`, 3)
+	pgInsertPet, pgInsertPetKeyed = keyedForm(`INSERT INTO pets (name, category_id, status)
+		SELECT $1::text, $2::bigint, $3::text WHERE EXISTS (SELECT 1 FROM categories WHERE id = $2)%s RETURNING id`, 3)
+	pgInsertOrder, pgInsertOrderKeyed = keyedForm(`INSERT INTO orders (pet_id, quantity, status, created_at)
+		SELECT $1::bigint, $2::integer, $3::text, $4::timestamptz WHERE EXISTS (SELECT 1 FROM pets WHERE id = $1)%s RETURNING id`, 4)
+)
+
+func (s *pgStore) CreateCategory(ctx context.Context, c Category, fold string, idem *idemWrite[Category]) (Category, error) {
 	err := s.group.write(ctx, func(b *pgBatch) error {
-		b.insertID(errConflict, &c.ID,
-			"INSERT INTO categories (name, fold, description) VALUES ($1, $2, $3) ON CONFLICT (fold) DO NOTHING RETURNING id",
-			c.Name, fold, c.Description)
+		pgCreate(b, idem, errConflict, &c.ID, func() Category { return c }, pgInsertCategory, pgInsertCategoryKeyed, c.Name, fold, c.Description)
 		return nil
 	})
 	if err != nil {
@@ -143,7 +165,7 @@ func (s *pgStore) CreateCategory(ctx context.Context, c Category, fold string) (
 // wrapCreate describes a create's error, but for the refusals a handler
 // answers as they are.
 func wrapCreate(what string, err error) error {
-	if errors.Is(err, errConflict) || errors.Is(err, errNoReference) {
+	if isRefusal(err) {
 		return err
 	}
 	return fmt.Errorf("%s: %w", what, describePostgres(err))
@@ -259,11 +281,9 @@ func pgScanCategory(row pgx.CollectableRow) (Category, error) {
 	return c, err
 }
 
-func (s *pgStore) CreatePet(ctx context.Context, p Pet) (Pet, error) {
+func (s *pgStore) CreatePet(ctx context.Context, p Pet, idem *idemWrite[Pet]) (Pet, error) {
 	err := s.group.write(ctx, func(b *pgBatch) error {
-		b.insertID(errNoReference, &p.ID, `INSERT INTO pets (name, category_id, status)
-			SELECT $1::text, $2::bigint, $3::text WHERE EXISTS (SELECT 1 FROM categories WHERE id = $2) RETURNING id`,
-			p.Name, p.CategoryID, p.Status)
+		pgCreate(b, idem, errNoReference, &p.ID, func() Pet { return p }, pgInsertPet, pgInsertPetKeyed, p.Name, p.CategoryID, p.Status)
 		return nil
 	})
 	if err != nil {
@@ -296,13 +316,11 @@ func pgScanPet(row pgx.CollectableRow) (Pet, error) {
 	return p, err
 }
 
-func (s *pgStore) CreateOrder(ctx context.Context, o Order) (Order, error) {
+func (s *pgStore) CreateOrder(ctx context.Context, o Order, idem *idemWrite[Order]) (Order, error) {
 	created := s.now().UTC().Truncate(time.Second)
 	o.CreatedAt = created.Format(time.RFC3339)
 	err := s.group.write(ctx, func(b *pgBatch) error {
-		b.insertID(errNoReference, &o.ID, `INSERT INTO orders (pet_id, quantity, status, created_at)
-			SELECT $1::bigint, $2::integer, $3::text, $4::timestamptz WHERE EXISTS (SELECT 1 FROM pets WHERE id = $1) RETURNING id`,
-			o.PetID, o.Quantity, o.Status, created)
+		pgCreate(b, idem, errNoReference, &o.ID, func() Order { return o }, pgInsertOrder, pgInsertOrderKeyed, o.PetID, o.Quantity, o.Status, created)
 		return nil
 	})
 	if err != nil {

@@ -19,22 +19,22 @@ type route struct {
 // apiRoutes is the route table of the API under /v1: every entry is an
 // operation of the OpenAPI document, and the other way round. requireKey
 // marks the routes that need a key.
-func apiRoutes(store Store, cfg serveConfig) []route {
+func apiRoutes(store Store, idem *idempotency, cfg serveConfig) []route {
 	return []route{
 		{"GET /v1/categories", requireKey(handleCategoryList(store, cfg.publicURL, cfg.busyTimeout))},
-		{"POST /v1/categories", requireKey(handleCategoryCreate(store))},
+		{"POST /v1/categories", requireKey(handleCategoryCreate(store, idem))},
 		{"GET /v1/pets", requireKey(handlePetList(store))},
-		{"POST /v1/pets", requireKey(handlePetCreate(store))},
+		{"POST /v1/pets", requireKey(handlePetCreate(store, idem))},
 		{"GET /v1/pets/{petId}", sunset(cfg.petsDeprecation(), time.Now, requireKey(handlePetGet(store)))},
 		{"GET /v1/store/orders", requireKey(handleOrderList(store))},
-		{"POST /v1/store/orders", requireKey(handleOrderCreate(store))},
+		{"POST /v1/store/orders", requireKey(handleOrderCreate(store, idem))},
 		{"GET /v1/openapi.json", handleOpenAPI(cfg.publicURL, cfg.env)},
 	}
 }
 
 // newServer returns the whole API: the routes behind the middleware.
-func newServer(logger *slog.Logger, reqLog *requestLog, store Store, keys *keyring, lim rateLimiter, m *serverMetrics, cfg serveConfig) http.Handler {
-	routes := append(apiRoutes(store, cfg),
+func newServer(logger *slog.Logger, reqLog *requestLog, store Store, idem *idempotency, keys *keyring, lim rateLimiter, m *serverMetrics, cfg serveConfig) http.Handler {
+	routes := append(apiRoutes(store, idem, cfg),
 		route{"GET /healthz", handleHealth(cfg.env)},
 		route{"GET /readyz", handleReady(store, lim)})
 	return chain(newRouter(routes),

@@ -42,6 +42,7 @@ type sqliteStore struct {
 	group *groupCommitter[*batchTx]
 
 	insertCategory, insertPet, insertOrder *sql.Stmt
+	claimIdem, settleIdem, dropIdem        *sql.Stmt // sqlite_idempotency.go
 }
 
 // sqliteHeader starts every SQLite 3 database file.
@@ -162,6 +163,9 @@ func openSQLite(ctx context.Context, path string, migrateUp bool, now func() tim
 		{&s.insertCategory, "INSERT INTO categories (name, fold, description) VALUES (?, ?, ?)"},
 		{&s.insertPet, "INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?)"},
 		{&s.insertOrder, "INSERT INTO orders (pet_id, quantity, status, created_at) VALUES (?, ?, ?, ?)"},
+		{&s.claimIdem, sqliteClaimIdem},
+		{&s.settleIdem, sqliteSettleIdem},
+		{&s.dropIdem, sqliteDropIdem},
 	} {
 		if *p.stmt, err = w.PrepareContext(ctx, p.sql); err != nil {
 			s.Close()

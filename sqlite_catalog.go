@@ -26,18 +26,31 @@ func insertID(tx *batchTx, stmt *sql.Stmt, id *int64, args ...any) error {
 	return err
 }
 
-func (s *sqliteStore) CreateCategory(ctx context.Context, c Category, fold string) (Category, error) {
+func (s *sqliteStore) CreateCategory(ctx context.Context, c Category, fold string, idem *idemWrite[Category]) (Category, error) {
 	err := s.group.write(ctx, func(tx *batchTx) error {
-		return insertID(tx, s.insertCategory, &c.ID, c.Name, fold, c.Description)
+		return sqliteCreate(s, tx, idem, func() error {
+			return insertID(tx, s.insertCategory, &c.ID, c.Name, fold, c.Description)
+		}, func() Category { return c }, func(err error) error {
+			if isUniqueViolation(err) {
+				return errConflict
+			}
+			return nil
+		})
 	})
-	if isUniqueViolation(err) {
-		return Category{}, errConflict
-	}
 	if err != nil {
-		return Category{}, fmt.Errorf("insert category: %w", describe(err))
+		return Category{}, wrapCreateSQLite("insert category", err)
 	}
 	s.categoriesGen.Add(1)
 	return c, nil
+}
+
+// wrapCreateSQLite describes a create's error, but for the refusals a
+// handler answers as they are.
+func wrapCreateSQLite(what string, err error) error {
+	if isRefusal(err) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", what, describe(err))
 }
 
 // categoriesAfter reads the categories after an id, up to a limit.
@@ -70,17 +83,24 @@ func scanCategory(rows *sql.Rows) (Category, error) {
 	return c, err
 }
 
-func (s *sqliteStore) CreatePet(ctx context.Context, p Pet) (Pet, error) {
+func (s *sqliteStore) CreatePet(ctx context.Context, p Pet, idem *idemWrite[Pet]) (Pet, error) {
 	err := s.group.write(ctx, func(tx *batchTx) error {
-		return insertID(tx, s.insertPet, &p.ID, p.Name, p.CategoryID, p.Status)
+		return sqliteCreate(s, tx, idem, func() error {
+			return insertID(tx, s.insertPet, &p.ID, p.Name, p.CategoryID, p.Status)
+		}, func() Pet { return p }, noReference)
 	})
-	if isForeignKeyViolation(err) {
-		return Pet{}, errNoReference
-	}
 	if err != nil {
-		return Pet{}, fmt.Errorf("insert pet: %w", describe(err))
+		return Pet{}, wrapCreateSQLite("insert pet", err)
 	}
 	return p, nil
+}
+
+// noReference is the refusal of a create whose row refers to nothing.
+func noReference(err error) error {
+	if isForeignKeyViolation(err) {
+		return errNoReference
+	}
+	return nil
 }
 
 func (s *sqliteStore) EachPet(ctx context.Context, f petFilter, fn func(Pet) error) error {
@@ -107,16 +127,15 @@ func scanPet(rows *sql.Rows) (Pet, error) {
 	return p, err
 }
 
-func (s *sqliteStore) CreateOrder(ctx context.Context, o Order) (Order, error) {
+func (s *sqliteStore) CreateOrder(ctx context.Context, o Order, idem *idemWrite[Order]) (Order, error) {
 	o.CreatedAt = s.now().UTC().Format(time.RFC3339)
 	err := s.group.write(ctx, func(tx *batchTx) error {
-		return insertID(tx, s.insertOrder, &o.ID, o.PetID, o.Quantity, o.Status, o.CreatedAt)
+		return sqliteCreate(s, tx, idem, func() error {
+			return insertID(tx, s.insertOrder, &o.ID, o.PetID, o.Quantity, o.Status, o.CreatedAt)
+		}, func() Order { return o }, noReference)
 	})
-	if isForeignKeyViolation(err) {
-		return Order{}, errNoReference
-	}
 	if err != nil {
-		return Order{}, fmt.Errorf("insert order: %w", describe(err))
+		return Order{}, wrapCreateSQLite("insert order", err)
 	}
 	return o, nil
 }
@@ -163,9 +182,10 @@ func (tx *batchTx) stmt(s *sql.Stmt) *sql.Stmt {
 }
 
 // commitSQLite returns the group commit's commit on SQLite's writer
-// connection. Each write is one SQL statement, and SQLite undoes a statement
-// that fails on a constraint (a unique or foreign key violation) alone,
-// leaving the transaction open: that write fails and the others commit.
+// connection. SQLite undoes a statement that fails on a constraint (a
+// unique or foreign key violation) alone, leaving the transaction open: a
+// write that fails so, or with a refusal (isRefusal) once it has undone
+// what it did (sqliteCreate), fails alone and the others commit.
 func commitSQLite(db *sql.DB) func(batch []*writeJob[*batchTx]) {
 	return func(batch []*writeJob[*batchTx]) {
 		results := make([]error, len(batch))
@@ -183,7 +203,7 @@ func commitSQLite(db *sql.DB) func(batch []*writeJob[*batchTx]) {
 				}
 				if err := j.run(tx); err != nil {
 					results[i] = err
-					if !statementOnly(err) {
+					if !statementOnly(err) && !isRefusal(err) {
 						return describe(err) // the transaction itself may be gone
 					}
 				}

@@ -18,14 +18,27 @@ var (
 	errConflict    = errors.New("conflict")
 	errNoReference = errors.New("referenced row does not exist")
 	errUnavailable = errors.New("database unavailable")
+	// errIdemExists: a create's Idempotency-Key has an answer stored
+	// already (or one committed meanwhile); nothing was written.
+	errIdemExists = errors.New("idempotency key has a stored answer")
+	// errInFlight: another request with the Idempotency-Key is running.
+	errInFlight = errors.New("idempotency key in use")
 )
+
+// isRefusal reports whether err is a create's own refusal: the write was
+// undone alone, or never made, and the batch's transaction is as it was.
+func isRefusal(err error) bool {
+	return errors.Is(err, errConflict) || errors.Is(err, errNoReference) || errors.Is(err, errIdemExists)
+}
 
 // Store is the database as the rest of petstore sees it. Errors that a
 // retry may cure (a lock, a full disk, I/O) wrap errUnavailable.
 type Store interface {
 	// CreateCategory inserts c; fold is its name's uniqueness key. A name
-	// that folds like an existing one is errConflict.
-	CreateCategory(ctx context.Context, c Category, fold string) (Category, error)
+	// that folds like an existing one is errConflict. Each create takes an
+	// idemWrite when the request had an Idempotency-Key (nil otherwise),
+	// and stores its answer in the create's transaction.
+	CreateCategory(ctx context.Context, c Category, fold string, idem *idemWrite[Category]) (Category, error)
 	// EachCategory calls fn for every category in ascending id order and
 	// stops at fn's first error.
 	EachCategory(ctx context.Context, fn func(Category) error) error
@@ -39,7 +52,7 @@ type Store interface {
 	CategoriesGen(ctx context.Context) (uint64, error)
 
 	// CreatePet inserts p; a category that does not exist is errNoReference.
-	CreatePet(ctx context.Context, p Pet) (Pet, error)
+	CreatePet(ctx context.Context, p Pet, idem *idemWrite[Pet]) (Pet, error)
 	// EachPet calls fn for every pet that matches f, in ascending id order.
 	EachPet(ctx context.Context, f petFilter, fn func(Pet) error) error
 	// Pet returns the pet with the given id, or errNotFound.
@@ -47,7 +60,7 @@ type Store interface {
 
 	// CreateOrder places o, stamped with the store's clock; a pet that
 	// does not exist is errNoReference.
-	CreateOrder(ctx context.Context, o Order) (Order, error)
+	CreateOrder(ctx context.Context, o Order, idem *idemWrite[Order]) (Order, error)
 	// EachOrder calls fn for every order in ascending id order.
 	EachOrder(ctx context.Context, fn func(Order) error) error
 
@@ -67,6 +80,19 @@ type Store interface {
 	// SetKeyBan bans key id until the given time; the zero time lifts a
 	// ban. An unknown id is errNotFound.
 	SetKeyBan(ctx context.Context, id int64, until time.Time) error
+
+	// BeginIdempotent returns the answer stored for r's key after r.Since,
+	// or nil when there is none; then, on a store that several instances
+	// share, it marks the key running until EndIdempotent (or r.Until), and
+	// a key that another request's mark holds is errInFlight. (SQLite has
+	// one process, which keeps its marks in memory.)
+	BeginIdempotent(ctx context.Context, r idemRequest) (*idemAnswer, error)
+	// EndIdempotent removes r's running mark, for a request that stored
+	// no answer.
+	EndIdempotent(ctx context.Context, r idemRequest) error
+	// PurgeIdempotency deletes at most limit answers stored at or before
+	// before, oldest first, and returns how many it deleted.
+	PurgeIdempotency(ctx context.Context, before time.Time, limit int) (int, error)
 
 	// DayCounts returns the stored request counts of day (YYYY-MM-DD) by
 	// key id.
@@ -204,4 +230,45 @@ type dayDelta struct {
 	KeyID int64
 	Day   string
 	N     int64
+}
+
+// idemRequest is a request's Idempotency-Key as the store sees it.
+type idemRequest struct {
+	KeyID int64  // the API key it is scoped to
+	Key   string // the Idempotency-Key, unquoted
+	Owner int64  // a random token of this request: its running mark's
+	Now   time.Time
+	Since time.Time // answers stored at or before Since have expired
+	Until time.Time // when a running mark that its request never ended lapses
+}
+
+// idemAnswer is a stored answer and the fingerprint of its request.
+type idemAnswer struct {
+	Fingerprint [32]byte
+	Status      int
+	Body        []byte
+}
+
+// idemWrite is a create's Idempotency-Key: the store claims the key in the
+// create's transaction (a stored answer makes the create errIdemExists),
+// then asks answer what to store for the create's outcome (the row made,
+// or the create's refusal) and stores it, or drops the claim when keep is
+// false, before that transaction commits.
+type idemWrite[Row any] struct {
+	idemRequest
+	Fingerprint [32]byte
+	answer      func(Row, error) (status int, body []byte, keep bool)
+
+	Status int // the answer stored, set by settle: 0 when none
+	Body   []byte
+}
+
+// settle asks for the answer to the create's outcome and notes it if it is
+// to be kept.
+func (w *idemWrite[Row]) settle(row Row, err error) (status int, body []byte, keep bool) {
+	status, body, keep = w.answer(row, err)
+	if keep {
+		w.Status, w.Body = status, body
+	}
+	return status, body, keep
 }

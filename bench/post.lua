@@ -16,10 +16,23 @@ function setup(thread)
    thread:set("tid", threads)
 end
 
+-- IDEM=1 sends each request with an Idempotency-Key of its own (its name),
+-- for row 9: what storing the answers costs.
+local idem = os.getenv("IDEM") == "1"
+
 local n = 0
 function request()
    n = n + 1
-   local body = string.format('{"name":"p%s-t%d-%d","description":"posted by wrk"}', prefix, tid, n)
+   local name = string.format("p%s-t%d-%d", prefix, tid, n)
+   local body = string.format('{"name":"%s","description":"posted by wrk"}', name)
+   if idem then
+      local headers = {}
+      for k, v in pairs(wrk.headers) do
+         headers[k] = v
+      end
+      headers["Idempotency-Key"] = name
+      return wrk.format(nil, nil, headers, body)
+   end
    return wrk.format(nil, nil, nil, body)
 end
 

@@ -7,7 +7,8 @@
 # local test database; a schema of its own, dropped at the end), with
 # PostgreSQL's processes pinned to CPU 0 beside wrk for the run. Rows 8 run
 # petstore on SQLite with --redis, on a private redis-server pinned to CPU 0
-# beside wrk (skipped without redis-server).
+# beside wrk (skipped without redis-server). Rows 9 are POSTs with an
+# Idempotency-Key each, on the servers of rows 2 and 7.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -237,11 +238,17 @@ warm "$P/v1/categories" "${AUTH[@]}" -s bench/post.lua
 warm "$B/v1/categories" -s bench/post.lua
 [[ -z $Q ]] || warm "$Q/v1/categories" "${PG_AUTH[@]}" -s bench/post.lua
 [[ -z $R ]] || warm "$R/v1/categories" "${AUTH[@]}" -s bench/post.lua
+IDEM=1 warm "$P/v1/categories" "${AUTH[@]}" -s bench/post.lua
+[[ -z $Q ]] || IDEM=1 warm "$Q/v1/categories" "${PG_AUTH[@]}" -s bench/post.lua
 [[ -z $R ]] || R_POST_READS=$(redis_reads)
 for i in $(seq "$RUNS"); do
 	run_once post-petstore "$i" "$P/v1/categories" "${AUTH[@]}" -s bench/post.lua
+	IDEM=1 run_once post-idem "$i" "$P/v1/categories" "${AUTH[@]}" -s bench/post.lua
 	run_once post-baseline "$i" "$B/v1/categories" -s bench/post.lua
-	[[ -z $Q ]] || run_once post-pg "$i" "$Q/v1/categories" "${PG_AUTH[@]}" -s bench/post.lua
+	if [[ -n $Q ]]; then
+		run_once post-pg "$i" "$Q/v1/categories" "${PG_AUTH[@]}" -s bench/post.lua
+		IDEM=1 run_once post-pg-idem "$i" "$Q/v1/categories" "${PG_AUTH[@]}" -s bench/post.lua
+	fi
 	[[ -z $R ]] || run_once post-redis "$i" "$R/v1/categories" "${AUTH[@]}" -s bench/post.lua
 done
 [[ -z $R ]] || R_POST_RT=$(round_trips "$R_POST_READS" post-redis)
@@ -335,6 +342,16 @@ if [[ -n $R ]]; then
 	row 8 "GET /v1/categories, 100 rows: petstore with --redis$(note)" "$RPS" "$P50" "$P99" "" "Redis round trips/request: $R_GET_RT" "$(ratio "$RPS" "$G_RPS") (vs row 1)" ">= 0.60 x row 1" "$(ok "$RPS >= 0.6 * $G_RPS")"
 	summarize post-redis
 	row 8 "POST /v1/categories: petstore with --redis$(note)" "$RPS" "$P50" "$P99" "" "Redis round trips/request: $R_POST_RT" "$(ratio "$RPS" "$C_RPS") (vs row 2)" "" ""
+fi
+
+# --- Idempotency-Key, measured beside row 2 (and row 7's POST) -----------------
+summarize post-idem
+row 9 "POST /v1/categories with a fresh Idempotency-Key each: petstore$(note)" "$RPS" "$P50" "$P99" "" "" "$(ratio "$RPS" "$C_RPS") (vs row 2)" ">= 0.80 x row 2" "$(ok "$RPS >= 0.8 * $C_RPS")"
+if [[ -n $Q ]]; then
+	summarize post-pg
+	Q_RPS=$RPS
+	summarize post-pg-idem
+	row 9 "POST /v1/categories with a fresh Idempotency-Key each: petstore on PostgreSQL$(note)" "$RPS" "$P50" "$P99" "" "" "$(ratio "$RPS" "$Q_RPS") (vs row 7 POST)" "" ""
 fi
 
 # --- the table -------------------------------------------------------------

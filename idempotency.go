@@ -1,0 +1,319 @@
+// idempotency.go owns Idempotency-Key (DECISIONS.md, section 9): reading
+// the header, the request's fingerprint, the keys running in this process,
+// a keyed create from lookup to answer, replays, and the purge of expired
+// answers. The stores keep the answers (sqlite_idempotency.go,
+// postgres_idempotency.go).
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+const (
+	// maxIdemKeyLen bounds an Idempotency-Key, unquoted.
+	maxIdemKeyLen = 255
+	// maxStoredBody bounds an answer's body in the store. The creates'
+	// answers are far smaller (TestStoredAnswersFitTheCap); one above it
+	// would be answered but not kept.
+	maxStoredBody = 8 << 10
+	// defaultIdemTTL is --idempotency-ttl's default: how long answers are
+	// kept.
+	defaultIdemTTL = 24 * time.Hour
+	// purgeEvery is how often expired answers are purged, purgeBatch how
+	// many one statement deletes (a short hold of SQLite's writer), and
+	// purgeBudget how long one round of them may go on.
+	purgeEvery  = 10 * time.Second
+	purgeBatch  = 1000
+	purgeBudget = 2 * time.Second
+)
+
+// idempotencyKey reads r's Idempotency-Key: a structured-field string
+// ("abc") or the same characters bare (abc), 1 to 255 printable ASCII
+// characters. ok is false when there is none.
+func idempotencyKey(h http.Header) (key string, ok bool, _ *apiError) {
+	vs := h.Values("Idempotency-Key")
+	switch {
+	case len(vs) == 0:
+		return "", false, nil
+	case len(vs) > 1:
+		return "", false, errorf("validation_failed", "send one Idempotency-Key header, not %d", len(vs))
+	}
+	v := strings.Trim(vs[0], " \t")
+	if strings.HasPrefix(v, `"`) {
+		var bad bool
+		if v, bad = unquoteSFString(v); bad {
+			return "", false, errorf("validation_failed", `Idempotency-Key is not a valid quoted string: only \" and \\ may be escaped, and it must end in "`)
+		}
+	}
+	if len(v) < 1 || len(v) > maxIdemKeyLen || strings.IndexFunc(v, func(c rune) bool { return c < 0x20 || c > 0x7e }) >= 0 {
+		return "", false, errorf("validation_failed", "Idempotency-Key must be 1 to %d printable ASCII characters, optionally in double quotes", maxIdemKeyLen)
+	}
+	return v, true, nil
+}
+
+// unquoteSFString unquotes an RFC 8941 string: "..." with \" and \\ as its
+// only escapes.
+func unquoteSFString(v string) (s string, bad bool) {
+	var b strings.Builder
+	for i := 1; i < len(v); i++ {
+		switch c := v[i]; c {
+		case '\\':
+			if i+1 == len(v) || (v[i+1] != '"' && v[i+1] != '\\') {
+				return "", true
+			}
+			i++
+			b.WriteByte(v[i])
+		case '"':
+			return b.String(), i != len(v)-1
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return "", true // no closing quote
+}
+
+// fingerprint identifies a request for its Idempotency-Key: its method,
+// path and body.
+func fingerprint(r *http.Request, body []byte) [32]byte {
+	h := sha256.New()
+	h.Write([]byte(r.Method))
+	h.Write([]byte{0})
+	h.Write([]byte(r.URL.Path))
+	h.Write([]byte{0})
+	h.Write(body)
+	var fp [32]byte
+	h.Sum(fp[:0])
+	return fp
+}
+
+// idemKey is an Idempotency-Key in the scope of its API key.
+type idemKey struct {
+	keyID int64
+	key   string
+}
+
+// idempotency is the server's side of Idempotency-Key: its settings and
+// the keys of the requests running in this process.
+type idempotency struct {
+	store Store
+	ttl   time.Duration // how long answers are kept
+	lease time.Duration // how long a running mark holds if its request never ends it
+	now   func() time.Time
+
+	mu      sync.Mutex
+	running map[idemKey]struct{}
+}
+
+func newIdempotency(store Store, ttl, busy time.Duration, now func() time.Time) *idempotency {
+	// A request holds its mark at most for a lookup, then a create that
+	// waits for the database at most the busy timeout: twice that, and
+	// some, is long enough, and short enough for a retry after a crash.
+	return &idempotency{store: store, ttl: ttl, lease: 2*busy + 5*time.Second, now: now, running: map[idemKey]struct{}{}}
+}
+
+// enter marks k running in this process, or reports that it is already.
+func (idem *idempotency) enter(k idemKey) bool {
+	idem.mu.Lock()
+	defer idem.mu.Unlock()
+	if _, ok := idem.running[k]; ok {
+		return false
+	}
+	idem.running[k] = struct{}{}
+	return true
+}
+
+func (idem *idempotency) leave(k idemKey) {
+	idem.mu.Lock()
+	delete(idem.running, k)
+	idem.mu.Unlock()
+}
+
+func (idem *idempotency) request(k idemKey) idemRequest {
+	now := idem.now()
+	return idemRequest{KeyID: k.keyID, Key: k.key, Owner: int64(rand.Uint64() >> 1),
+		Now: now, Since: now.Add(-idem.ttl), Until: now.Add(idem.lease)}
+}
+
+// createKeyed answers a create sent with an Idempotency-Key: a stored
+// answer is replayed (or the key's reuse refused); without one, the create
+// runs as handleCreate's does, and its answer, if a 201 or a 409 conflict,
+// is stored with its row and sent, byte for byte what a replay will send.
+// Nothing is stored for a request refused before it could write.
+func createKeyed[In creatable[Row], Row any](w http.ResponseWriter, r *http.Request, idem *idempotency, key string, create createFunc[Row], refused refuseFunc[Row]) {
+	body, done, err := readBody(w, r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	defer done()
+	k := idemKey{stateOf(r).key.ID, key}
+	if !idem.enter(k) {
+		writeInUse(w, r)
+		return
+	}
+	defer idem.leave(k)
+	req := idem.request(k)
+	fp := fingerprint(r, body)
+	if answered := idem.begin(w, r, req, fp); answered {
+		return
+	}
+	settled := false
+	defer func() {
+		if !settled { // the mark goes with the answer's transaction, or here
+			idem.end(r, req)
+		}
+	}()
+	var in In
+	if err := decodeBody(body, &in); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	row, verr := in.validate()
+	if verr != nil {
+		writeError(w, r, verr)
+		return
+	}
+	iw := &idemWrite[Row]{idemRequest: req, Fingerprint: fp, answer: func(row Row, err error) (int, []byte, bool) {
+		var v any = row
+		status := http.StatusCreated
+		if err != nil {
+			ae := refused(row, err)
+			if ae == nil || ae.Code != "conflict" {
+				return 0, nil, false
+			}
+			v, status = ae, ae.Status
+		}
+		var buf bytes.Buffer
+		if encodeJSON(&buf, v) != nil || buf.Len() > maxStoredBody {
+			return 0, nil, false
+		}
+		return status, buf.Bytes(), true
+	}}
+	created, err := create(idem.store, r.Context(), row, iw)
+	switch {
+	case errors.Is(err, errIdemExists):
+		// Committed meanwhile, by another instance: that answer, or its
+		// key's reuse. The mark is still this request's own.
+		if !idem.begin(w, r, req, fp) {
+			writeInUse(w, r)
+		}
+	case err != nil && !isRefusal(err):
+		writeError(w, r, err) // 503: nothing was stored; a retry is safe
+	default:
+		settled = true
+		if iw.Status != 0 {
+			writeRaw(w, iw.Status, iw.Body)
+			return
+		}
+		if err != nil {
+			if ae := refused(row, err); ae != nil {
+				err = ae
+			}
+			writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, created)
+	}
+}
+
+// begin looks up req's stored answer and, when there is one, replays it
+// (or refuses the key's reuse for another request); it reports whether it
+// answered. Without one, the key is marked running for this request.
+func (idem *idempotency) begin(w http.ResponseWriter, r *http.Request, req idemRequest, fp [32]byte) (answered bool) {
+	a, err := idem.store.BeginIdempotent(r.Context(), req)
+	switch {
+	case errors.Is(err, errInFlight):
+		writeInUse(w, r)
+	case err != nil:
+		idem.end(r, req) // the mark may have been made
+		writeError(w, r, err)
+	case a == nil:
+		return false
+	case a.Fingerprint != fp:
+		writeError(w, r, errorf("idempotency_key_reused",
+			"this Idempotency-Key was sent with another request (method, path or body); send a new key for a new request"))
+	default:
+		w.Header().Set("Idempotency-Replayed", "true")
+		writeRaw(w, a.Status, a.Body)
+	}
+	return true
+}
+
+// end removes req's running mark, if it has one. It may fail as the
+// request did (the database is away): the mark then lapses at req.Until.
+func (idem *idempotency) end(r *http.Request, req idemRequest) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
+	defer cancel()
+	if err := idem.store.EndIdempotent(ctx, req); err != nil {
+		noteError(r, err)
+	}
+}
+
+// writeInUse refuses a request whose Idempotency-Key another request,
+// on this instance or another, is running with.
+func writeInUse(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Retry-After", "1")
+	writeError(w, r, errorf("idempotency_key_in_use", "a request with this Idempotency-Key is running; retry after it ends"))
+}
+
+// writeRaw answers with body, a JSON body encoded before.
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// purge deletes expired answers now and every purgeEvery until ctx ends, a
+// purgeBatch at a time for at most purgeBudget a round, so that a large
+// backlog never holds the database for long.
+func (idem *idempotency) purge(ctx context.Context, log *slog.Logger) {
+	for {
+		start := time.Now()
+		before := idem.now().Add(-idem.ttl)
+		for total := 0; ; {
+			n, err := idem.store.PurgeIdempotency(ctx, before, purgeBatch)
+			if err != nil {
+				if ctx.Err() == nil {
+					log.Warn("purge expired idempotent answers; will retry", "err", err)
+				}
+				break
+			}
+			if total += n; n < purgeBatch || time.Since(start) > purgeBudget {
+				if total > 0 {
+					log.Debug("purged expired idempotent answers", "count", total)
+				}
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(purgeEvery):
+		}
+	}
+}
+
+// clockKey carries a test's clock into serve, through run's context: the
+// time that idempotent answers are stored and expire by. main never sets
+// one.
+type clockKey struct{}
+
+func clockOf(ctx context.Context) func() time.Time {
+	if now, ok := ctx.Value(clockKey{}).(func() time.Time); ok {
+		return now
+	}
+	return time.Now
+}
