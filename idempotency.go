@@ -176,12 +176,16 @@ func createKeyed[In creatable[Row], Row any](w http.ResponseWriter, r *http.Requ
 	}()
 	var in In
 	if err := decodeBody(body, &in); err != nil {
-		writeError(w, r, err)
+		if !idem.replay(w, r, req, fp) { // a key used before: 422 comes first
+			writeError(w, r, err)
+		}
 		return
 	}
 	row, verr := in.validate()
 	if verr != nil {
-		writeError(w, r, verr)
+		if !idem.replay(w, r, req, fp) {
+			writeError(w, r, verr)
+		}
 		return
 	}
 	iw := &idemWrite[Row]{idemRequest: req, Fingerprint: fp, answer: func(row Row, err error) (int, []byte, bool) {
@@ -203,10 +207,10 @@ func createKeyed[In creatable[Row], Row any](w http.ResponseWriter, r *http.Requ
 	created, err := create(idem.store, r.Context(), row, iw)
 	switch {
 	case errors.Is(err, errIdemExists):
-		// Committed meanwhile, by another instance: that answer, or its
-		// key's reuse. The mark is still this request's own.
-		if !idem.begin(w, r, req, fp) {
-			writeInUse(w, r)
+		// Answered before (SQLite does not look before the create), or
+		// meanwhile by another instance: that answer, or the key's reuse.
+		if !idem.replay(w, r, req, fp) {
+			writeInUse(w, r) // it expired this very moment: try again
 		}
 	case err != nil && !isRefusal(err):
 		writeError(w, r, err) // 503: nothing was stored; a retry is safe
@@ -220,7 +224,9 @@ func createKeyed[In creatable[Row], Row any](w http.ResponseWriter, r *http.Requ
 			if ae := refused(row, err); ae != nil {
 				err = ae
 			}
-			writeError(w, r, err)
+			if !idem.replay(w, r, req, fp) { // the key used before, for another request: 422
+				writeError(w, r, err)
+			}
 			return
 		}
 		writeJSON(w, http.StatusCreated, created)
@@ -229,7 +235,9 @@ func createKeyed[In creatable[Row], Row any](w http.ResponseWriter, r *http.Requ
 
 // begin looks up req's stored answer and, when there is one, replays it
 // (or refuses the key's reuse for another request); it reports whether it
-// answered. Without one, the key is marked running for this request.
+// answered. Without one, the key is marked running for this request. (On
+// SQLite it does neither: the create finds a stored answer itself, and
+// replay looks on the other paths that need to know.)
 func (idem *idempotency) begin(w http.ResponseWriter, r *http.Request, req idemRequest, fp [32]byte) (answered bool) {
 	a, err := idem.store.BeginIdempotent(r.Context(), req)
 	switch {
@@ -238,6 +246,27 @@ func (idem *idempotency) begin(w http.ResponseWriter, r *http.Request, req idemR
 	case err != nil:
 		idem.end(r, req) // the mark may have been made
 		writeError(w, r, err)
+	default:
+		return idem.answer(w, r, a, fp)
+	}
+	return true
+}
+
+// replay answers with req's stored answer, or refuses the key's reuse, if
+// there is one; it reports whether it answered.
+func (idem *idempotency) replay(w http.ResponseWriter, r *http.Request, req idemRequest, fp [32]byte) bool {
+	a, err := idem.store.IdempotentAnswer(r.Context(), req)
+	if err != nil {
+		noteError(r, err) // the request's own answer goes out instead
+		return false
+	}
+	return idem.answer(w, r, a, fp)
+}
+
+// answer replays a, or refuses the key's reuse if a answered another
+// request; with no a, it does nothing and returns false.
+func (idem *idempotency) answer(w http.ResponseWriter, r *http.Request, a *idemAnswer, fp [32]byte) bool {
+	switch {
 	case a == nil:
 		return false
 	case a.Fingerprint != fp:
@@ -281,10 +310,9 @@ func writeRaw(w http.ResponseWriter, status int, body []byte) {
 // backlog never holds the database for long.
 func (idem *idempotency) purge(ctx context.Context, log *slog.Logger) {
 	for {
-		start := time.Now()
-		before := idem.now().Add(-idem.ttl)
+		start, now := time.Now(), idem.now()
 		for total := 0; ; {
-			n, err := idem.store.PurgeIdempotency(ctx, before, purgeBatch)
+			n, err := idem.store.PurgeIdempotency(ctx, now.Add(-idem.ttl), now, purgeBatch)
 			if err != nil {
 				if ctx.Err() == nil {
 					log.Warn("purge expired idempotent answers; will retry", "err", err)

@@ -311,7 +311,7 @@ func idemConcurrent(t *testing.T, servers []*testServer, key, idemKey, body stri
 	close(start)
 	wg.Wait()
 	var created []byte
-	inUse := 0
+	inUse, fresh := 0, 0
 	for i, r := range answers {
 		if errs[i] != nil {
 			t.Fatal(errs[i])
@@ -322,6 +322,9 @@ func idemConcurrent(t *testing.T, servers []*testServer, key, idemKey, body stri
 				t.Fatalf("two different 201s: %s and %s", created, r.body)
 			}
 			created = r.body
+			if r.header.Get("Idempotency-Replayed") == "" {
+				fresh++
+			}
 		case 409:
 			wantError(t, r, 409, "idempotency_key_in_use")
 			if r.header.Get("Retry-After") != "1" {
@@ -332,8 +335,8 @@ func idemConcurrent(t *testing.T, servers []*testServer, key, idemKey, body stri
 			t.Fatalf("answer %d %s", r.status, r.body)
 		}
 	}
-	if created == nil {
-		t.Fatalf("no 201 among %d answers (%d in use)", n, inUse)
+	if created == nil || fresh != 1 {
+		t.Fatalf("%d 201s not replayed among %d answers (%d in use), want 1", fresh, n, inUse)
 	}
 	t.Logf("%d answers: %d in use, the rest the 201", n, inUse)
 }

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -114,6 +115,23 @@ func (s *pgStore) BeginIdempotent(ctx context.Context, r idemRequest) (*idemAnsw
 	return nil, nil
 }
 
+func (s *pgStore) IdempotentAnswer(ctx context.Context, r idemRequest) (*idemAnswer, error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
+	var fp []byte
+	var a idemAnswer
+	err := s.pool.QueryRow(ctx, "SELECT fingerprint, status, body FROM idempotency WHERE key_id = $1 AND idem_key = $2 AND created_us > $3",
+		r.KeyID, r.Key, r.Since.UnixMicro()).Scan(&fp, &a.Status, &a.Body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read an idempotent answer: %w", describePostgres(err))
+	}
+	copy(a.Fingerprint[:], fp)
+	return &a, nil
+}
+
 func (s *pgStore) EndIdempotent(ctx context.Context, r idemRequest) error {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
@@ -124,18 +142,17 @@ func (s *pgStore) EndIdempotent(ctx context.Context, r idemRequest) error {
 	return nil
 }
 
-// PurgeIdempotency skips rows that another instance's purge holds, and
-// also deletes running marks that lapsed before before: marks of requests
-// whose instance died.
-func (s *pgStore) PurgeIdempotency(ctx context.Context, before time.Time, limit int) (int, error) {
+// PurgeIdempotency skips rows that another instance's purge holds; the
+// lapsed running marks are those of requests whose instance died.
+func (s *pgStore) PurgeIdempotency(ctx context.Context, before, now time.Time, limit int) (int, error) {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
 	tag, err := s.pool.Exec(ctx, `WITH old AS (
 			SELECT key_id, idem_key FROM idempotency WHERE created_us <= $1 ORDER BY created_us LIMIT $2 FOR UPDATE SKIP LOCKED
 		), lapsed AS (
-			DELETE FROM idempotency_running WHERE until_us <= $1
+			DELETE FROM idempotency_running WHERE until_us <= $3
 		)
-		DELETE FROM idempotency i USING old WHERE i.key_id = old.key_id AND i.idem_key = old.idem_key`, before.UnixMicro(), limit)
+		DELETE FROM idempotency i USING old WHERE i.key_id = old.key_id AND i.idem_key = old.idem_key`, before.UnixMicro(), limit, now.UnixMicro())
 	if err != nil {
 		return 0, fmt.Errorf("purge idempotent answers: %w", describePostgres(err))
 	}

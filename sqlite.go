@@ -42,7 +42,9 @@ type sqliteStore struct {
 	group *groupCommitter[*batchTx]
 
 	insertCategory, insertPet, insertOrder *sql.Stmt
-	claimIdem, settleIdem, dropIdem        *sql.Stmt // sqlite_idempotency.go
+	storeIdem                              *sql.Stmt // sqlite_idempotency.go
+	// lookupIdem reads on r: prepared once, not parsed on every keyed POST.
+	lookupIdem *sql.Stmt
 }
 
 // sqliteHeader starts every SQLite 3 database file.
@@ -163,14 +165,16 @@ func openSQLite(ctx context.Context, path string, migrateUp bool, now func() tim
 		{&s.insertCategory, "INSERT INTO categories (name, fold, description) VALUES (?, ?, ?)"},
 		{&s.insertPet, "INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?)"},
 		{&s.insertOrder, "INSERT INTO orders (pet_id, quantity, status, created_at) VALUES (?, ?, ?, ?)"},
-		{&s.claimIdem, sqliteClaimIdem},
-		{&s.settleIdem, sqliteSettleIdem},
-		{&s.dropIdem, sqliteDropIdem},
+		{&s.storeIdem, sqliteStoreIdem},
 	} {
 		if *p.stmt, err = w.PrepareContext(ctx, p.sql); err != nil {
 			s.Close()
 			return nil, fmt.Errorf("prepare: %w", describe(err))
 		}
+	}
+	if s.lookupIdem, err = r.PrepareContext(ctx, sqliteLookupIdem); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("prepare: %w", describe(err))
 	}
 	return s, nil
 }

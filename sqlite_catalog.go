@@ -28,7 +28,7 @@ func insertID(tx *batchTx, stmt *sql.Stmt, id *int64, args ...any) error {
 
 func (s *sqliteStore) CreateCategory(ctx context.Context, c Category, fold string, idem *idemWrite[Category]) (Category, error) {
 	err := s.group.write(ctx, func(tx *batchTx) error {
-		return sqliteCreate(s, tx, idem, func() error {
+		return sqliteCreate(s, tx, idem, "categories", &c.ID, func() error {
 			return insertID(tx, s.insertCategory, &c.ID, c.Name, fold, c.Description)
 		}, func() Category { return c }, func(err error) error {
 			if isUniqueViolation(err) {
@@ -85,7 +85,7 @@ func scanCategory(rows *sql.Rows) (Category, error) {
 
 func (s *sqliteStore) CreatePet(ctx context.Context, p Pet, idem *idemWrite[Pet]) (Pet, error) {
 	err := s.group.write(ctx, func(tx *batchTx) error {
-		return sqliteCreate(s, tx, idem, func() error {
+		return sqliteCreate(s, tx, idem, "pets", &p.ID, func() error {
 			return insertID(tx, s.insertPet, &p.ID, p.Name, p.CategoryID, p.Status)
 		}, func() Pet { return p }, noReference)
 	})
@@ -130,7 +130,7 @@ func scanPet(rows *sql.Rows) (Pet, error) {
 func (s *sqliteStore) CreateOrder(ctx context.Context, o Order, idem *idemWrite[Order]) (Order, error) {
 	o.CreatedAt = s.now().UTC().Format(time.RFC3339)
 	err := s.group.write(ctx, func(tx *batchTx) error {
-		return sqliteCreate(s, tx, idem, func() error {
+		return sqliteCreate(s, tx, idem, "orders", &o.ID, func() error {
 			return insertID(tx, s.insertOrder, &o.ID, o.PetID, o.Quantity, o.Status, o.CreatedAt)
 		}, func() Order { return o }, noReference)
 	})
@@ -214,8 +214,10 @@ func commitSQLite(db *sql.DB) func(batch []*writeJob[*batchTx]) {
 			return nil
 		}()
 		for i, j := range batch {
-			if err != nil && results[i] == nil {
-				// Not made, through no fault of this write: safe to retry.
+			// Not made, through no fault of this write: safe to retry. That
+			// holds for a refusal too: a 409 stored for a retry went with
+			// the transaction, and must not be answered.
+			if err != nil && (results[i] == nil || statementOnly(results[i]) || isRefusal(results[i])) {
 				results[i] = fmt.Errorf("%w: the batch's transaction failed: %w", errUnavailable, err)
 			}
 			j.done <- results[i]

@@ -12,70 +12,78 @@ import (
 	"time"
 )
 
-// The statements of a keyed create, prepared on the writer. A claim is an
-// answer row with an empty body, which the same transaction fills in or
-// deletes: nobody ever sees it so. It replaces an expired answer that the
-// purge has not reached yet.
+// The statements of a keyed create, prepared on the writer. The answer
+// replaces an expired one that the purge has not reached yet.
 const (
-	sqliteClaimIdem = `INSERT INTO idempotency (key_id, idem_key, fingerprint, status, body, created_us) VALUES (?1, ?2, ?3, 201, x'', ?4)
-		ON CONFLICT (key_id, idem_key) DO UPDATE SET fingerprint = excluded.fingerprint, status = 201, body = x'', created_us = excluded.created_us
-		WHERE idempotency.created_us <= ?5`
-	sqliteSettleIdem = "UPDATE idempotency SET status = ?, body = ? WHERE key_id = ? AND idem_key = ?"
-	sqliteDropIdem   = "DELETE FROM idempotency WHERE key_id = ? AND idem_key = ?"
+	sqliteStoreIdem = `INSERT INTO idempotency (key_id, idem_key, fingerprint, status, body, created_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+		ON CONFLICT (key_id, idem_key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status, body = excluded.body,
+		created_us = excluded.created_us WHERE idempotency.created_us <= ?7`
+	sqliteLookupIdem = "SELECT fingerprint, status, body FROM idempotency WHERE key_id = ? AND idem_key = ? AND created_us > ?"
 )
 
-// sqliteCreate runs insert, a create's one INSERT, in tx; refusal maps its
-// error to the create's refusal (errConflict, errNoReference), or nil for
-// an error that is not one. With an Idempotency-Key (w not nil) the key is
-// claimed first, so that the unique (key_id, idem_key) is the backstop: a
-// key with an answer stored makes the create errIdemExists before it
-// writes anything. The answer to the outcome is then stored, or the claim
-// dropped, in the same transaction as the row.
-func sqliteCreate[Row any](s *sqliteStore, tx *batchTx, w *idemWrite[Row], insert func() error, row func() Row, refusal func(error) error) error {
+// sqliteCreate runs insert, a create's one INSERT into table that sets
+// *id, in tx;
+// refusal maps its error to the create's refusal (errConflict,
+// errNoReference), or nil for an error that is not one. With an
+// Idempotency-Key (w not nil), the answer to the outcome is stored in the
+// same transaction as the row, in one more statement; the primary key
+// (key_id, idem_key) is the backstop: a key that has an answer already
+// undoes the row and makes the create errIdemExists. (The server's checks
+// before the create make that rare: SQLite has one process, whose running
+// keys are in memory, and the answer's lookup.)
+func sqliteCreate[Row any](s *sqliteStore, tx *batchTx, w *idemWrite[Row], table string, id *int64, insert func() error, row func() Row, refusal func(error) error) error {
+	err := insert()
+	refused := refusal(err)
 	if w == nil {
-		err := insert()
-		if r := refusal(err); r != nil {
-			return r
+		if refused != nil {
+			return refused
 		}
 		return err
 	}
-	res, err := tx.stmt(s.claimIdem).Exec(w.KeyID, w.Key, w.Fingerprint[:], w.Now.UnixMicro(), w.Since.UnixMicro())
-	if err != nil {
-		return err // the first statement: if it failed alone, nothing is left of this write
-	}
-	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		if err != nil {
-			return fmt.Errorf("claim an idempotency key: %v", err)
-		}
-		return errIdemExists
-	}
-	err = insert()
-	refused := refusal(err)
 	switch {
 	case err == nil, refused != nil:
-	case statementOnly(err):
-		refused = err // it failed alone: the claim goes, the batch goes on
 	default:
-		return err // the batch fails, and the claim with it
+		return err // the row failed alone (a constraint), or the batch fails
 	}
-	if _, body, keep := w.settle(row(), refused); keep {
-		_, err = tx.stmt(s.settleIdem).Exec(w.Status, body, w.KeyID, w.Key)
-	} else {
-		_, err = tx.stmt(s.dropIdem).Exec(w.KeyID, w.Key)
+	status, body, keep := w.answer(row(), refused)
+	if !keep {
+		return refused
+	}
+	res, err := tx.stmt(s.storeIdem).Exec(w.KeyID, w.Key, w.Fingerprint[:], status, body, w.Now.UnixMicro(), w.Since.UnixMicro())
+	var n int64
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	if err == nil && n == 0 {
+		// Answered already: undo the row, if one was made.
+		if refused == nil {
+			_, err = tx.Exec("DELETE FROM "+table+" WHERE id = ?", *id)
+		}
+		if err == nil {
+			return errIdemExists
+		}
 	}
 	if err != nil {
 		// Not a constraint error that fails this write alone (%v, not %w):
-		// the row may be written, so the whole batch must fail.
-		return fmt.Errorf("store an idempotent answer: %v", err)
+		// the row may be written, so the whole batch must fail, and a
+		// retry is safe.
+		return fmt.Errorf("%w: store an idempotent answer: %v", errUnavailable, err)
 	}
+	w.Status, w.Body = status, body
 	return refused
 }
 
-func (s *sqliteStore) BeginIdempotent(ctx context.Context, r idemRequest) (*idemAnswer, error) {
+// BeginIdempotent does not look: the one process's running keys are in
+// memory, and a create finds a stored answer itself, which spares the
+// common case, a key never sent before, a query (BENCHMARKS.md, rows 9).
+func (s *sqliteStore) BeginIdempotent(context.Context, idemRequest) (*idemAnswer, error) {
+	return nil, nil
+}
+
+func (s *sqliteStore) IdempotentAnswer(ctx context.Context, r idemRequest) (*idemAnswer, error) {
 	var a idemAnswer
 	var fp []byte
-	err := s.r.QueryRowContext(ctx, "SELECT fingerprint, status, body FROM idempotency WHERE key_id = ? AND idem_key = ? AND created_us > ?",
-		r.KeyID, r.Key, r.Since.UnixMicro()).Scan(&fp, &a.Status, &a.Body)
+	err := s.lookupIdem.QueryRowContext(ctx, r.KeyID, r.Key, r.Since.UnixMicro()).Scan(&fp, &a.Status, &a.Body)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -89,7 +97,7 @@ func (s *sqliteStore) BeginIdempotent(ctx context.Context, r idemRequest) (*idem
 // EndIdempotent has nothing to do: SQLite's marks are the process's own.
 func (s *sqliteStore) EndIdempotent(context.Context, idemRequest) error { return nil }
 
-func (s *sqliteStore) PurgeIdempotency(ctx context.Context, before time.Time, limit int) (int, error) {
+func (s *sqliteStore) PurgeIdempotency(ctx context.Context, before, _ time.Time, limit int) (int, error) {
 	res, err := s.w.ExecContext(ctx, `DELETE FROM idempotency WHERE (key_id, idem_key) IN
 		(SELECT key_id, idem_key FROM idempotency WHERE created_us <= ? ORDER BY created_us LIMIT ?)`, before.UnixMicro(), limit)
 	if err != nil {

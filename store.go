@@ -81,18 +81,24 @@ type Store interface {
 	// ban. An unknown id is errNotFound.
 	SetKeyBan(ctx context.Context, id int64, until time.Time) error
 
-	// BeginIdempotent returns the answer stored for r's key after r.Since,
-	// or nil when there is none; then, on a store that several instances
-	// share, it marks the key running until EndIdempotent (or r.Until), and
-	// a key that another request's mark holds is errInFlight. (SQLite has
-	// one process, which keeps its marks in memory.)
+	// BeginIdempotent is the start of a keyed create, on a store that
+	// several instances share: it returns the answer stored for r's key
+	// after r.Since, or nil when there is none, and then marks the key
+	// running until EndIdempotent (or r.Until); a key that another
+	// request's mark holds is errInFlight. SQLite has one process, which
+	// keeps its marks in memory: it returns nil without looking, and its
+	// create finds a stored answer itself (errIdemExists).
 	BeginIdempotent(ctx context.Context, r idemRequest) (*idemAnswer, error)
+	// IdempotentAnswer returns the answer stored for r's key after
+	// r.Since, or nil.
+	IdempotentAnswer(ctx context.Context, r idemRequest) (*idemAnswer, error)
 	// EndIdempotent removes r's running mark, for a request that stored
 	// no answer.
 	EndIdempotent(ctx context.Context, r idemRequest) error
 	// PurgeIdempotency deletes at most limit answers stored at or before
-	// before, oldest first, and returns how many it deleted.
-	PurgeIdempotency(ctx context.Context, before time.Time, limit int) (int, error)
+	// before, oldest first, and returns how many it deleted; running marks
+	// that lapsed before now go too.
+	PurgeIdempotency(ctx context.Context, before, now time.Time, limit int) (int, error)
 
 	// DayCounts returns the stored request counts of day (YYYY-MM-DD) by
 	// key id.

@@ -247,7 +247,7 @@ for i in $(seq "$RUNS"); do
 	run_once post-baseline "$i" "$B/v1/categories" -s bench/post.lua
 	if [[ -n $Q ]]; then
 		run_once post-pg "$i" "$Q/v1/categories" "${PG_AUTH[@]}" -s bench/post.lua
-		IDEM=1 run_once post-pg-idem "$i" "$Q/v1/categories" "${PG_AUTH[@]}" -s bench/post.lua
+		IDEM=1 run_once post-pgidem "$i" "$Q/v1/categories" "${PG_AUTH[@]}" -s bench/post.lua
 	fi
 	[[ -z $R ]] || run_once post-redis "$i" "$R/v1/categories" "${AUTH[@]}" -s bench/post.lua
 done
@@ -350,7 +350,7 @@ row 9 "POST /v1/categories with a fresh Idempotency-Key each: petstore$(note)" "
 if [[ -n $Q ]]; then
 	summarize post-pg
 	Q_RPS=$RPS
-	summarize post-pg-idem
+	summarize post-pgidem
 	row 9 "POST /v1/categories with a fresh Idempotency-Key each: petstore on PostgreSQL$(note)" "$RPS" "$P50" "$P99" "" "" "$(ratio "$RPS" "$Q_RPS") (vs row 7 POST)" "" ""
 fi
 
