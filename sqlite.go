@@ -42,7 +42,7 @@ type sqliteStore struct {
 	group *groupCommitter[*batchTx]
 
 	insertCategory, insertPet, insertOrder *sql.Stmt
-	storeIdem                              *sql.Stmt // sqlite_idempotency.go
+	storeIdem, hasIdem                     *sql.Stmt // sqlite_idempotency.go
 	// lookupIdem reads on r: prepared once, not parsed on every keyed POST.
 	lookupIdem *sql.Stmt
 }
@@ -166,6 +166,7 @@ func openSQLite(ctx context.Context, path string, migrateUp bool, now func() tim
 		{&s.insertPet, "INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?)"},
 		{&s.insertOrder, "INSERT INTO orders (pet_id, quantity, status, created_at) VALUES (?, ?, ?, ?)"},
 		{&s.storeIdem, sqliteStoreIdem},
+		{&s.hasIdem, sqliteHasIdem},
 	} {
 		if *p.stmt, err = w.PrepareContext(ctx, p.sql); err != nil {
 			s.Close()

@@ -19,6 +19,7 @@ const (
 		ON CONFLICT (key_id, idem_key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status, body = excluded.body,
 		created_us = excluded.created_us WHERE idempotency.created_us <= ?7`
 	sqliteLookupIdem = "SELECT fingerprint, status, body FROM idempotency WHERE key_id = ? AND idem_key = ? AND created_us > ?"
+	sqliteHasIdem    = "SELECT EXISTS (SELECT 1 FROM idempotency WHERE key_id = ? AND idem_key = ? AND created_us > ?)"
 )
 
 // sqliteCreate runs insert, a create's one INSERT into table that sets
@@ -26,12 +27,20 @@ const (
 // refusal maps its error to the create's refusal (errConflict,
 // errNoReference), or nil for an error that is not one. With an
 // Idempotency-Key (w not nil), the answer to the outcome is stored in the
-// same transaction as the row, in one more statement; the primary key
-// (key_id, idem_key) is the backstop: a key that has an answer already
-// undoes the row and makes the create errIdemExists. (The server's checks
-// before the create make that rare: SQLite has one process, whose running
-// keys are in memory, and the answer's lookup.)
+// same transaction as the row, in one more statement. A key answered
+// already is errIdemExists before anything is written; the primary key
+// (key_id, idem_key) is the backstop behind that check: it undoes the row.
 func sqliteCreate[Row any](s *sqliteStore, tx *batchTx, w *idemWrite[Row], table string, id *int64, insert func() error, row func() Row, refusal func(error) error) error {
+	if w != nil {
+		// A retry's create writes nothing: not even an id drawn and undone.
+		var answered bool
+		if err := tx.stmt(s.hasIdem).QueryRow(w.KeyID, w.Key, w.Since.UnixMicro()).Scan(&answered); err != nil {
+			return fmt.Errorf("%w: look up an idempotent answer: %v", errUnavailable, err)
+		}
+		if answered {
+			return errIdemExists
+		}
+	}
 	err := insert()
 	refused := refusal(err)
 	if w == nil {
