@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -294,15 +293,6 @@ func (idem *idempotency) end(r *http.Request, req idemRequest) {
 func writeInUse(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Retry-After", "1")
 	writeError(w, r, errorf("idempotency_key_in_use", "a request with this Idempotency-Key is running; retry after it ends"))
-}
-
-// writeRaw answers with body, a JSON body encoded before.
-func writeRaw(w http.ResponseWriter, status int, body []byte) {
-	h := w.Header()
-	h["Content-Type"] = jsonContentType
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(status)
-	w.Write(body)
 }
 
 // purge deletes expired answers now and every purgeEvery until ctx ends, a

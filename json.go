@@ -37,6 +37,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	} else {
 		body = buf.Bytes()
 	}
+	writeRaw(w, status, body)
+}
+
+// writeRaw answers with body, JSON encoded before (a stored answer's, for
+// a replay byte for byte).
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
 	h := w.Header()
 	h["Content-Type"] = jsonContentType
 	h.Set("Content-Length", strconv.Itoa(len(body)))

@@ -157,18 +157,9 @@ func (s *pgStore) CreateCategory(ctx context.Context, c Category, fold string, i
 		return nil
 	})
 	if err != nil {
-		return Category{}, wrapCreate("insert category", err)
+		return Category{}, wrapCreate("insert category", err, describePostgres)
 	}
 	return c, nil
-}
-
-// wrapCreate describes a create's error, but for the refusals a handler
-// answers as they are.
-func wrapCreate(what string, err error) error {
-	if isRefusal(err) {
-		return err
-	}
-	return fmt.Errorf("%s: %w", what, describePostgres(err))
 }
 
 // CategoriesGen is the highest id of a visible category: categories are
@@ -287,7 +278,7 @@ func (s *pgStore) CreatePet(ctx context.Context, p Pet, idem *idemWrite[Pet]) (P
 		return nil
 	})
 	if err != nil {
-		return Pet{}, wrapCreate("insert pet", err)
+		return Pet{}, wrapCreate("insert pet", err, describePostgres)
 	}
 	return p, nil
 }
@@ -324,7 +315,7 @@ func (s *pgStore) CreateOrder(ctx context.Context, o Order, idem *idemWrite[Orde
 		return nil
 	})
 	if err != nil {
-		return Order{}, wrapCreate("insert order", err)
+		return Order{}, wrapCreate("insert order", err, describePostgres)
 	}
 	return o, nil
 }

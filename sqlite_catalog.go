@@ -38,19 +38,10 @@ func (s *sqliteStore) CreateCategory(ctx context.Context, c Category, fold strin
 		})
 	})
 	if err != nil {
-		return Category{}, wrapCreateSQLite("insert category", err)
+		return Category{}, wrapCreate("insert category", err, describe)
 	}
 	s.categoriesGen.Add(1)
 	return c, nil
-}
-
-// wrapCreateSQLite describes a create's error, but for the refusals a
-// handler answers as they are.
-func wrapCreateSQLite(what string, err error) error {
-	if isRefusal(err) {
-		return err
-	}
-	return fmt.Errorf("%s: %w", what, describe(err))
 }
 
 // categoriesAfter reads the categories after an id, up to a limit.
@@ -90,7 +81,7 @@ func (s *sqliteStore) CreatePet(ctx context.Context, p Pet, idem *idemWrite[Pet]
 		}, func() Pet { return p }, noReference)
 	})
 	if err != nil {
-		return Pet{}, wrapCreateSQLite("insert pet", err)
+		return Pet{}, wrapCreate("insert pet", err, describe)
 	}
 	return p, nil
 }
@@ -135,7 +126,7 @@ func (s *sqliteStore) CreateOrder(ctx context.Context, o Order, idem *idemWrite[
 		}, func() Order { return o }, noReference)
 	})
 	if err != nil {
-		return Order{}, wrapCreateSQLite("insert order", err)
+		return Order{}, wrapCreate("insert order", err, describe)
 	}
 	return o, nil
 }

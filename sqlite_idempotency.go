@@ -54,7 +54,7 @@ func sqliteCreate[Row any](s *sqliteStore, tx *batchTx, w *idemWrite[Row], table
 	default:
 		return err // the row failed alone (a constraint), or the batch fails
 	}
-	status, body, keep := w.answer(row(), refused)
+	status, body, keep := w.settle(row(), refused)
 	if !keep {
 		return refused
 	}
@@ -78,7 +78,6 @@ func sqliteCreate[Row any](s *sqliteStore, tx *batchTx, w *idemWrite[Row], table
 		// retry is safe.
 		return fmt.Errorf("%w: store an idempotent answer: %v", errUnavailable, err)
 	}
-	w.Status, w.Body = status, body
 	return refused
 }
 

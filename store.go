@@ -10,6 +10,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -236,6 +237,15 @@ type dayDelta struct {
 	KeyID int64
 	Day   string
 	N     int64
+}
+
+// wrapCreate describes a create's error with the store's describe, but
+// for the refusals a handler answers as they are.
+func wrapCreate(what string, err error, describe func(error) error) error {
+	if isRefusal(err) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", what, describe(err))
 }
 
 // idemRequest is a request's Idempotency-Key as the store sees it.
