@@ -103,7 +103,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	}
 	metrics := newServerMetrics(limits, store)
 	metrics.limitsShared(shared)
-	metrics.set.NewGauge("petstore_log_bytes_dropped_total", func() float64 { return float64(logs.lost.Load()) })
+	metrics.logsDropped(&logs.lost)
 	keys := newKeyring(store, cfg.env, func(k *apiKey) { limits.setBan(k.ID, k.BannedUntil) })
 	if err := keys.refresh(ctx); err != nil {
 		return err

@@ -1,18 +1,39 @@
 // metrics.go owns the server's metrics: counted on the request path,
 // read from the limiter and the store, and served in the Prometheus text
-// format on the admin listener.
+// format on the admin listener, with a help text and a type for every
+// family, as Prometheus and promtool expect.
 
 package main
 
 import (
+	"bytes"
+	"io"
 	"net/http"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	vm "github.com/VictoriaMetrics/metrics"
 )
+
+// The library writes "# HELP" and "# TYPE" before each family only when
+// told to, once for the whole process; init runs before anything can
+// write, so no scrape races the switch.
+func init() { vm.ExposeMetadata(true) }
+
+// latencyBuckets are the upper bounds, in seconds, of the request-duration
+// histogram's le buckets, 1-2.5-5 in each decade: from 10 µs (a cached
+// GET, or a refusal, takes about that long) through the 0.1 to a few ms of
+// most requests to 10 s (a request waits for the database up to
+// --busy-timeout, 5 s by default). histogram_quantile interpolates within
+// one bucket, whose bounds are at most 2.5 times apart.
+var latencyBuckets = []float64{
+	.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005,
+	.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10,
+}
 
 // serverMetrics are the server's metrics, served in the Prometheus text
 // format on the admin listener only.
@@ -23,11 +44,13 @@ type serverMetrics struct {
 	dbErrors *vm.Counter
 
 	routes lazyMap[string, *routeMetrics] // by route pattern; "" for unrouted requests
+
+	scrapeSize atomic.Int64 // bytes the library wrote for the last scrape
 }
 
 // routeMetrics are one route's request counts by status and its latencies.
 type routeMetrics struct {
-	durations *vm.Histogram
+	durations *vm.PrometheusHistogram
 	byStatus  lazyMap[int, *vm.Counter]
 }
 
@@ -59,6 +82,11 @@ func (lm *lazyMap[K, V]) get(k K, mk func() V) V {
 	return v
 }
 
+// newServerMetrics makes the metrics of a server on lim and store. Counts
+// that the store, the Redis limiter and the log writer keep themselves are
+// written at each scrape by a metrics writer, as counters: the library's
+// metric with a callback, the Gauge, would type them gauge, and a gauge
+// named *_total is what promtool reports and rate() warns about.
 func newServerMetrics(lim rateLimiter, store Store) *serverMetrics {
 	set := vm.NewSet()
 	m := &serverMetrics{set: set, refusals: map[string]*vm.Counter{}}
@@ -67,9 +95,12 @@ func newServerMetrics(lim rateLimiter, store Store) *serverMetrics {
 	}
 	m.bans = set.NewCounter("petstore_bans_total")
 	m.dbErrors = set.NewCounter("petstore_db_errors_total")
-	set.NewGauge("petstore_group_commit_batches_total", func() float64 { return float64(store.Stats().Batches) })
-	set.NewGauge("petstore_group_commit_writes_total", func() float64 { return float64(store.Stats().Writes) })
-	set.NewGauge("petstore_category_list_reads_total", func() float64 { return float64(store.Stats().CategoryListReads) })
+	set.RegisterMetricsWriter(func(w io.Writer) {
+		st := store.Stats()
+		vm.WriteCounterUint64(w, "petstore_group_commit_batches_total", uint64(st.Batches))
+		vm.WriteCounterUint64(w, "petstore_group_commit_writes_total", uint64(st.Writes))
+		vm.WriteCounterUint64(w, "petstore_category_list_reads_total", st.CategoryListReads)
+	})
 	set.NewGauge("petstore_limiter_tracked_keys", func() float64 { return float64(lim.stats().keys) })
 	set.NewGauge("petstore_limiter_tracked_addrs", func() float64 { return float64(lim.stats().addrs) })
 	set.NewGauge(`petstore_build_info{version="`+buildVersion()+`",goversion="`+runtime.Version()+`"}`, func() float64 { return 1 })
@@ -87,8 +118,17 @@ func (m *serverMetrics) limitsShared(r *redisLimiter) {
 		}
 		return 0
 	})
-	m.set.NewGauge("petstore_redis_calls_total", func() float64 { return float64(r.calls.Load()) })
-	m.set.NewGauge("petstore_redis_failures_total", func() float64 { return float64(r.fails.Load()) })
+	m.set.RegisterMetricsWriter(func(w io.Writer) {
+		vm.WriteCounterUint64(w, "petstore_redis_calls_total", uint64(r.calls.Load()))
+		vm.WriteCounterUint64(w, "petstore_redis_failures_total", uint64(r.fails.Load()))
+	})
+}
+
+// logsDropped adds the count of log bytes dropped, which lost holds.
+func (m *serverMetrics) logsDropped(lost *atomic.Int64) {
+	m.set.RegisterMetricsWriter(func(w io.Writer) {
+		vm.WriteCounterUint64(w, "petstore_log_bytes_dropped_total", uint64(lost.Load()))
+	})
 }
 
 // refused counts a request the limiter refused for reason.
@@ -112,7 +152,7 @@ func (m *serverMetrics) observe(route string, status int, d time.Duration, err e
 
 func (m *serverMetrics) route(route string) *routeMetrics {
 	return m.routes.get(route, func() *routeMetrics {
-		return &routeMetrics{durations: m.set.GetOrCreateHistogram(`petstore_http_request_duration_seconds{route="` + routeLabel(route) + `"}`)}
+		return &routeMetrics{durations: m.set.GetOrCreatePrometheusHistogramExt(`petstore_http_request_duration_seconds{route="`+routeLabel(route)+`"}`, latencyBuckets)}
 	})
 }
 
@@ -131,10 +171,216 @@ func routeLabel(route string) string {
 	return route
 }
 
+// handleMetrics serves the exposition: the set's families, then the
+// library's Go runtime and process ones (with open files), written into a
+// buffer and copied out through mendExposition. A scrape comes every few
+// seconds at most, so the copy costs nothing that matters; the request
+// path never sees it.
 func handleMetrics(m *serverMetrics) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var raw bytes.Buffer
+		raw.Grow(int(m.scrapeSize.Load())) // the last scrape's size: one allocation, not a dozen
+		m.set.WritePrometheus(&raw)
+		vm.WriteProcessMetrics(&raw)
+		vm.WriteFDMetrics(&raw)
+		out := mendExposition(make([]byte, 0, raw.Len()+raw.Len()/2), raw.Bytes())
+		m.scrapeSize.Store(int64(raw.Len()))
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		m.set.WritePrometheus(w)
-		vm.WriteProcessMetrics(w)
+		w.Write(out)
 	})
+}
+
+// family is what the exposition says of one metric family beyond what the
+// library writes: the library's "# HELP" line has no text, which
+// Prometheus's linter reports, and a few of its own families have a type or
+// a name that the linter reports too.
+type family struct {
+	help   string
+	typ    string // the TYPE instead of the library's, when set
+	rename string // the name instead of the library's, when set
+}
+
+// families are the help texts of every family served, ours and those of
+// the library at the version go.mod pins (on Linux), under the name the
+// library writes. A family that a later version of the library adds gets
+// genericHelp; one of ours that is missing here goes out with no text,
+// which the tests catch.
+var families = map[string]family{
+	// Ours.
+	"petstore_http_requests_total":           {help: "HTTP requests answered, by route pattern (unmatched when none matched) and status."},
+	"petstore_http_request_duration_seconds": {help: "Time from a request's arrival to the end of its answer, by route pattern."},
+	"petstore_ratelimit_refusals_total":      {help: "Requests refused with 429, by reason: rate_limited, quota_exceeded, key_banned."},
+	"petstore_bans_total":                    {help: "Keys banned for going on after their 429s."},
+	"petstore_db_errors_total":               {help: "Requests that failed on a database error (busy, locked, full disk, I/O)."},
+	"petstore_group_commit_batches_total":    {help: "Transactions of the group commit, one fsync each."},
+	"petstore_group_commit_writes_total":     {help: "Creates held by the group commit's transactions."},
+	"petstore_category_list_reads_total":     {help: "Whole category lists read from the database."},
+	"petstore_limiter_tracked_keys":          {help: "API keys the rate limiter holds state for."},
+	"petstore_limiter_tracked_addrs":         {help: "Client addresses the rate limiter holds state for (at most --max-addrs)."},
+	"petstore_build_info":                    {help: "The version of petstore and of Go it was built with; always 1."},
+	"petstore_ratelimit_backend_up":          {help: "Whether Redis answers the rate limiter: 1 while it does, 0 while this instance limits on its own."},
+	"petstore_redis_calls_total":             {help: "Rate-limit script calls to Redis, answered or not."},
+	"petstore_redis_failures_total":          {help: "Rate-limit script calls to Redis that failed or took longer than --redis-timeout."},
+	"petstore_log_bytes_dropped_total":       {help: "Log bytes dropped because writing to stderr kept failing."},
+
+	// The Go runtime's, from runtime/metrics and runtime.MemStats.
+	"go_sched_latencies_seconds":          {help: "Time goroutines spent runnable before they ran."},
+	"go_mutex_wait_seconds_total":         {help: "Time goroutines spent blocked on a sync.Mutex or sync.RWMutex (approximate)."},
+	"go_gc_mark_assist_cpu_seconds_total": {help: "CPU time goroutines spent helping the garbage collector mark."},
+	"go_gc_cpu_seconds_total":             {help: "CPU time spent by the garbage collector."},
+	"go_gc_pauses_seconds":                {help: "Stop-the-world pauses of the garbage collector."},
+	"go_scavenge_cpu_seconds_total":       {help: "CPU time spent returning unused memory to the OS."},
+	"go_memlimit_bytes":                   {help: "The Go runtime's soft memory limit (GOMEMLIMIT)."},
+	"go_memstats_alloc_bytes":             {help: "Bytes of allocated heap objects."},
+	"go_memstats_alloc_bytes_total":       {help: "Bytes allocated for heap objects, freed or not."},
+	"go_memstats_buck_hash_sys_bytes":     {help: "Bytes of memory in profiling bucket hash tables."},
+	"go_memstats_frees_total":             {help: "Heap objects freed."},
+	"go_memstats_gc_cpu_fraction":         {help: "Fraction of the CPU time available since the start that the garbage collector used."},
+	"go_memstats_gc_sys_bytes":            {help: "Bytes of memory in garbage collection metadata."},
+	"go_memstats_heap_alloc_bytes":        {help: "Bytes of allocated heap objects."},
+	"go_memstats_heap_idle_bytes":         {help: "Bytes in idle (unused) heap spans."},
+	"go_memstats_heap_inuse_bytes":        {help: "Bytes in in-use heap spans."},
+	"go_memstats_heap_objects":            {help: "Allocated heap objects."},
+	"go_memstats_heap_released_bytes":     {help: "Bytes of heap memory returned to the OS."},
+	"go_memstats_heap_sys_bytes":          {help: "Bytes of heap memory obtained from the OS."},
+	"go_memstats_last_gc_time_seconds":    {help: "When the last garbage collection ended, in seconds since the Unix epoch."},
+	"go_memstats_lookups_total":           {help: "Pointer lookups performed by the runtime."},
+	"go_memstats_mallocs_total":           {help: "Heap objects allocated."},
+	"go_memstats_mcache_inuse_bytes":      {help: "Bytes of allocated mcache structures."},
+	"go_memstats_mcache_sys_bytes":        {help: "Bytes of memory obtained from the OS for mcache structures."},
+	"go_memstats_mspan_inuse_bytes":       {help: "Bytes of allocated mspan structures."},
+	"go_memstats_mspan_sys_bytes":         {help: "Bytes of memory obtained from the OS for mspan structures."},
+	"go_memstats_next_gc_bytes":           {help: "Heap size at which the next garbage collection starts."},
+	"go_memstats_other_sys_bytes":         {help: "Bytes of memory in miscellaneous off-heap runtime allocations."},
+	"go_memstats_stack_inuse_bytes":       {help: "Bytes in stack spans."},
+	"go_memstats_stack_sys_bytes":         {help: "Bytes of stack memory obtained from the OS."},
+	"go_memstats_sys_bytes":               {help: "Bytes of memory obtained from the OS in all."},
+	"go_gc_duration_seconds":              {help: "Stop-the-world pauses of the garbage collector, as quantiles."},
+	"go_gomaxprocs":                       {help: "GOMAXPROCS: how many threads may run Go code at once."},
+	"go_goroutines":                       {help: "Goroutines that exist."},
+	"go_threads":                          {help: "OS threads created by the Go runtime."},
+	"go_info":                             {help: "The Go version the binary was built with; always 1."},
+	"go_info_ext":                         {help: "The compiler, GOARCH, GOOS and GOROOT the binary was built with; always 1."},
+	// The library names these with a "_count" suffix, which Prometheus
+	// keeps for histograms and summaries: renamed.
+	"go_cgo_calls_count": {help: "Calls from Go to C.", rename: "go_cgo_calls_total"},
+	"go_gc_forced_count": {help: "Garbage collections the program forced (runtime.GC).", rename: "go_gc_forced_total"},
+	"go_cpu_count":       {help: "Logical CPUs the process can use (runtime.NumCPU).", rename: "go_cpus"},
+
+	// The process's, from /proc/self (Linux).
+	"process_cpu_seconds_total":            {help: "CPU time of the process, user and system."},
+	"process_cpu_seconds_user_total":       {help: "CPU time of the process in user mode."},
+	"process_cpu_seconds_system_total":     {help: "CPU time of the process in the kernel."},
+	"process_major_pagefaults_total":       {help: "Page faults that read from disk."},
+	"process_minor_pagefaults_total":       {help: "Page faults served without reading from disk."},
+	"process_num_threads":                  {help: "OS threads of the process."},
+	"process_resident_memory_bytes":        {help: "Resident memory of the process."},
+	"process_resident_memory_peak_bytes":   {help: "Peak resident memory of the process."},
+	"process_resident_memory_anon_bytes":   {help: "Resident anonymous memory (heap, stacks)."},
+	"process_resident_memory_file_bytes":   {help: "Resident file-backed memory (the binary, mapped files)."},
+	"process_resident_memory_shared_bytes": {help: "Resident shared memory."},
+	"process_virtual_memory_bytes":         {help: "Virtual memory of the process."},
+	"process_virtual_memory_peak_bytes":    {help: "Peak virtual memory of the process."},
+	"process_start_time_seconds":           {help: "When the process started, in seconds since the Unix epoch."},
+	"process_max_fds":                      {help: "The limit of open file descriptors."},
+	"process_open_fds":                     {help: "Open file descriptors (files, sockets)."},
+	// The library types these as gauges; they only grow.
+	"process_io_read_bytes_total":            {help: "Bytes read by read-like system calls, from the page cache or not.", typ: "counter"},
+	"process_io_written_bytes_total":         {help: "Bytes written by write-like system calls.", typ: "counter"},
+	"process_io_read_syscalls_total":         {help: "Read-like system calls.", typ: "counter"},
+	"process_io_write_syscalls_total":        {help: "Write-like system calls.", typ: "counter"},
+	"process_io_storage_read_bytes_total":    {help: "Bytes read from storage (not the page cache).", typ: "counter"},
+	"process_io_storage_written_bytes_total": {help: "Bytes the process caused to be written to storage.", typ: "counter"},
+	// Pressure stall information of the process's cgroup.
+	"process_pressure_cpu_waiting_seconds_total":    {help: "Time some tasks of the process's cgroup waited for a CPU."},
+	"process_pressure_cpu_stalled_seconds_total":    {help: "Time all non-idle tasks of the process's cgroup waited for a CPU."},
+	"process_pressure_io_waiting_seconds_total":     {help: "Time some tasks of the process's cgroup waited for I/O."},
+	"process_pressure_io_stalled_seconds_total":     {help: "Time all non-idle tasks of the process's cgroup waited for I/O."},
+	"process_pressure_memory_waiting_seconds_total": {help: "Time some tasks of the process's cgroup waited for memory."},
+	"process_pressure_memory_stalled_seconds_total": {help: "Time all non-idle tasks of the process's cgroup waited for memory."},
+}
+
+// genericHelp is the help text of a family of the library's that families
+// does not know (one that a later version adds, or another OS's).
+func genericHelp(name string) string {
+	switch {
+	case strings.HasPrefix(name, "go_"):
+		return "A Go runtime metric of github.com/VictoriaMetrics/metrics."
+	case strings.HasPrefix(name, "process_"):
+		return "A process metric of github.com/VictoriaMetrics/metrics."
+	}
+	return ""
+}
+
+// mendExposition appends the exposition src to dst with each family's help
+// text filled in, and the types and names of families applied. The library
+// writes one sample or comment a line, with no newline inside a label
+// value, so the lines are taken one by one.
+func mendExposition(dst, src []byte) []byte {
+	for len(src) > 0 {
+		line := src
+		if i := bytes.IndexByte(src, '\n'); i >= 0 {
+			line, src = src[:i], src[i+1:]
+		} else {
+			src = nil
+		}
+		if len(line) == 0 {
+			continue
+		}
+		if line[0] == '#' {
+			dst = mendComment(dst, line)
+		} else {
+			name := line[:metricNameLen(line)]
+			if f, ok := families[string(name)]; ok && f.rename != "" {
+				dst = append(dst, f.rename...)
+				line = line[len(name):]
+			}
+			dst = append(dst, line...)
+		}
+		dst = append(dst, '\n')
+	}
+	return dst
+}
+
+// mendComment appends the comment line to dst: a "# HELP name" with its
+// text, a "# TYPE name type" with families' type, either under families'
+// name; other comments as they are.
+func mendComment(dst, line []byte) []byte {
+	for _, kind := range []string{"# HELP ", "# TYPE "} {
+		rest, ok := bytes.CutPrefix(line, []byte(kind))
+		if !ok {
+			continue
+		}
+		name, text, _ := bytes.Cut(rest, []byte(" "))
+		f := families[string(name)]
+		dst = append(dst, kind...)
+		if f.rename != "" {
+			dst = append(dst, f.rename...)
+		} else {
+			dst = append(dst, name...)
+		}
+		switch {
+		case kind == "# TYPE " && f.typ != "":
+			text = []byte(f.typ)
+		case kind == "# HELP " && len(text) == 0:
+			if text = []byte(f.help); f.help == "" {
+				text = []byte(genericHelp(string(name)))
+			}
+		}
+		if len(text) > 0 {
+			dst = append(dst, ' ')
+			dst = append(dst, text...)
+		}
+		return dst
+	}
+	return append(dst, line...)
+}
+
+// metricNameLen is the length of the metric name that begins the sample
+// line: up to its labels or its value.
+func metricNameLen(line []byte) int {
+	if i := bytes.IndexAny(line, "{ "); i >= 0 {
+		return i
+	}
+	return len(line)
 }
