@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,7 +23,9 @@ import (
 // serves, with libopenapi-validator: a documented operation's response must
 // have a documented status, its required headers and a body that matches
 // its schema; a request that names no documented operation must get a JSON
-// 404, 405 or (the limiter runs before routing) 429.
+// 404, 405 or (the limiter runs before routing) 429. A HEAD answer has no
+// body, and the Content-Type of the GET answer of its status. A CORS
+// preflight is no operation and is not checked.
 type contract struct {
 	mu  sync.Mutex // the validator is not documented as safe for concurrent use
 	v   validator.Validator
@@ -33,6 +37,7 @@ type docOperation struct {
 	method string
 	path   string // as in the router: /v1/pets/{petId}
 	re     *regexp.Regexp
+	media  map[string][]string // status -> the media types of its body
 }
 
 var contracts sync.Map // served document -> *contract
@@ -73,6 +78,11 @@ func documentOperations(doc []byte) ([]docOperation, error) {
 		Servers []struct{ URL string } `json:"servers"`
 		Paths   map[string]map[string]json.RawMessage
 	}
+	type operation struct {
+		Responses map[string]struct {
+			Content map[string]json.RawMessage
+		}
+	}
 	if err := json.Unmarshal(doc, &d); err != nil {
 		return nil, err
 	}
@@ -84,39 +94,79 @@ func documentOperations(doc []byte) ([]docOperation, error) {
 	for p, item := range d.Paths {
 		full := base + p
 		re := regexp.MustCompile("^" + regexp.MustCompile(`\\\{[^/]+\\\}`).ReplaceAllString(regexp.QuoteMeta(full), `[^/]+`) + "$")
-		for method := range item {
-			if slices.Contains([]string{"get", "put", "post", "delete", "patch", "head", "options", "trace"}, method) {
-				ops = append(ops, docOperation{method: strings.ToUpper(method), path: full, re: re})
+		for method, raw := range item {
+			if !slices.Contains([]string{"get", "put", "post", "delete", "patch", "head", "options", "trace"}, method) {
+				continue
 			}
+			var o operation
+			if err := json.Unmarshal(raw, &o); err != nil {
+				return nil, fmt.Errorf("%s %s: %w", method, p, err)
+			}
+			media := map[string][]string{}
+			for status, r := range o.Responses {
+				for mt := range r.Content {
+					media[status] = append(media[status], mt)
+				}
+			}
+			ops = append(ops, docOperation{method: strings.ToUpper(method), path: full, re: re, media: media})
 		}
 	}
 	sort.Slice(ops, func(i, j int) bool { return ops[i].method+ops[i].path < ops[j].method+ops[j].path })
 	return ops, nil
 }
 
-// documented reports whether method and path name an operation.
-func (c *contract) documented(method, path string) bool {
-	for _, op := range c.ops {
+// operation returns the operation that method and path name, or nil.
+func (c *contract) operation(method, path string) *docOperation {
+	for i, op := range c.ops {
 		if op.method == method && op.re.MatchString(path) {
-			return true
+			return &c.ops[i]
 		}
 	}
-	return false
+	return nil
+}
+
+// mediaType is resp's Content-Type without its parameters, or "".
+func mediaType(resp *http.Response) string {
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	return mt
 }
 
 // check returns what is wrong with one exchange, if anything.
 func (c *contract) check(req *http.Request, resp *http.Response, body []byte) []string {
 	path := req.URL.Path
-	if path != "/v1" && !strings.HasPrefix(path, "/v1/") || req.Method == http.MethodHead {
+	if path != "/v1" && !strings.HasPrefix(path, "/v1/") {
 		return nil // not the API: health checks, metrics
 	}
+	if req.Method == http.MethodOptions && req.Header.Get("Access-Control-Request-Method") != "" {
+		return nil // a CORS preflight: no operation, not in the document (DECISIONS.md section 10)
+	}
 	where := fmt.Sprintf("%s %s -> %d", req.Method, path, resp.StatusCode)
-	if !c.documented(req.Method, path) {
+	head := req.Method == http.MethodHead
+	if head && len(body) > 0 {
+		return []string{where + ": a HEAD answer with a body: " + string(body)}
+	}
+	op := c.operation(req.Method, path)
+	if op == nil {
 		var e apiError
-		if !slices.Contains([]int{404, 405, 429}, resp.StatusCode) || json.Unmarshal(body, &e) != nil || e.Status != resp.StatusCode {
-			return []string{where + ": not a documented operation, yet not a JSON 404, 405 or 429: " + string(body)}
+		switch {
+		case !slices.Contains([]int{404, 405, 429}, resp.StatusCode):
+		case head && mediaType(resp) == "application/json":
+			return nil // the body the GET would get, an Error, is not sent
+		case !head && json.Unmarshal(body, &e) == nil && e.Status == resp.StatusCode:
+			return nil
 		}
-		return nil
+		return []string{fmt.Sprintf("%s: not a documented operation, yet not a JSON 404, 405 or 429: %s %s",
+			where, resp.Header.Get("Content-Type"), body)}
+	}
+	var out []string
+	if head {
+		// A HEAD answer carries the Content-Type of the body that the
+		// GET of its path gets with its status, and does not send it.
+		if get := c.operation(http.MethodGet, path); get == nil {
+			out = append(out, where+": a HEAD operation without a GET")
+		} else if want := get.media[strconv.Itoa(resp.StatusCode)]; len(want) > 0 && !slices.Contains(want, mediaType(resp)) {
+			out = append(out, fmt.Sprintf("%s: Content-Type %q, want that of the GET: %q", where, resp.Header.Get("Content-Type"), want))
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -124,9 +174,8 @@ func (c *contract) check(req *http.Request, resp *http.Response, body []byte) []
 	ok, errs := c.v.ValidateHttpResponse(req, resp)
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	if ok {
-		return nil
+		return out
 	}
-	var out []string
 	for _, e := range errs {
 		msg := where + ": " + e.Message + ": " + e.Reason
 		for _, se := range e.SchemaValidationErrors {
@@ -180,11 +229,15 @@ func (ct *checkingTransport) report(t *testing.T) {
 }
 
 // TestRoutesMatchDocument checks that the router and the OpenAPI document
-// list the same operations.
+// list the same operations, a GET route standing for a HEAD too: the
+// router (http.ServeMux) answers HEAD for every GET pattern.
 func TestRoutesMatchDocument(t *testing.T) {
 	var routes []string
 	for _, rt := range apiRoutes(nil, nil, serveConfig{}) {
 		routes = append(routes, rt.pattern)
+		if p, ok := strings.CutPrefix(rt.pattern, "GET "); ok {
+			routes = append(routes, "HEAD "+p)
+		}
 	}
 	ops, err := documentOperations(openAPISource)
 	if err != nil {
@@ -229,32 +282,321 @@ func TestContractCatchesMismatches(t *testing.T) {
 		h.Del(name)
 		return h
 	}
+	text := good.Clone()
+	text.Set("Content-Type", "text/plain; charset=utf-8")
+	preflight := http.Header{"Origin": {"https://app.example.test"}, "Access-Control-Request-Method": {"POST"}}
 	tests := []struct {
 		name, method, path string
+		reqHeader          http.Header
 		status             int
 		header             http.Header
 		body               string
 		wantProblem        bool
 	}{
-		{"valid list", "GET", "/v1/categories", 200, good, `[{"id":1,"name":"Dog"}]`, false},
-		{"valid error", "POST", "/v1/categories", 409, good, `{"status":409,"code":"conflict","message":"taken"}`, false},
-		{"undocumented field", "GET", "/v1/categories", 200, good, `[{"id":1,"name":"Dog","colour":"red"}]`, true},
-		{"wrong type", "GET", "/v1/categories", 200, good, `[{"id":"1","name":"Dog"}]`, true},
-		{"undocumented status", "GET", "/v1/categories", 418, good, `{"status":418,"code":"conflict","message":"x"}`, true},
-		{"code of another status", "POST", "/v1/categories", 409, good, `{"status":409,"code":"not_found","message":"x"}`, true},
-		{"missing rate-limit header", "GET", "/v1/categories", 200, without("X-Ratelimit-Remaining"), `[]`, true},
-		{"missing stability header", "GET", "/v1/pets", 200, good, `[]`, true},
-		{"unknown path not an error", "GET", "/v1/dogs", 200, good, `[]`, true},
-		{"unknown path 404", "GET", "/v1/dogs", 404, good, `{"status":404,"code":"not_found","message":"x"}`, false},
+		{"valid list", "GET", "/v1/categories", nil, 200, good, `[{"id":1,"name":"Dog"}]`, false},
+		{"valid error", "POST", "/v1/categories", nil, 409, good, `{"status":409,"code":"conflict","message":"taken"}`, false},
+		{"undocumented field", "GET", "/v1/categories", nil, 200, good, `[{"id":1,"name":"Dog","colour":"red"}]`, true},
+		{"wrong type", "GET", "/v1/categories", nil, 200, good, `[{"id":"1","name":"Dog"}]`, true},
+		{"undocumented status", "GET", "/v1/categories", nil, 418, good, `{"status":418,"code":"conflict","message":"x"}`, true},
+		{"code of another status", "POST", "/v1/categories", nil, 409, good, `{"status":409,"code":"not_found","message":"x"}`, true},
+		{"missing rate-limit header", "GET", "/v1/categories", nil, 200, without("X-Ratelimit-Remaining"), `[]`, true},
+		{"missing stability header", "GET", "/v1/pets", nil, 200, good, `[]`, true},
+		{"unknown path not an error", "GET", "/v1/dogs", nil, 200, good, `[]`, true},
+		{"unknown path 404", "GET", "/v1/dogs", nil, 404, good, `{"status":404,"code":"not_found","message":"x"}`, false},
+		{"body error on a GET", "GET", "/v1/categories", nil, 400, good, `{"status":400,"code":"invalid_json","message":"x"}`, true},
+		{"parameter error on a GET", "GET", "/v1/categories", nil, 400, good, `{"status":400,"code":"validation_failed","message":"x"}`, false},
+		{"valid head", "HEAD", "/v1/categories", nil, 200, good, ``, false},
+		{"valid head of an error", "HEAD", "/v1/categories", nil, 500, good, ``, false},
+		{"head with a body", "HEAD", "/v1/categories", nil, 200, good, `[]`, true},
+		{"head without a rate-limit header", "HEAD", "/v1/categories", nil, 200, without("X-Ratelimit-Remaining"), ``, true},
+		{"head without the stability header", "HEAD", "/v1/pets", nil, 200, good, ``, true},
+		{"head of an undocumented status", "HEAD", "/v1/categories", nil, 409, good, ``, true},
+		{"head of an error as text", "HEAD", "/v1/categories", nil, 500, text, ``, true},
+		{"head of an unknown path 404", "HEAD", "/v1/dogs", nil, 404, good, ``, false},
+		{"head of an unknown path 200", "HEAD", "/v1/dogs", nil, 200, good, ``, true},
+		{"head of an unknown path as text", "HEAD", "/v1/dogs", nil, 404, text, ``, true},
+		{"cors preflight", "OPTIONS", "/v1/categories", preflight, 204, http.Header{}, ``, false},
+		{"options without a preflight", "OPTIONS", "/v1/categories", nil, 204, good, ``, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			req, _ := http.NewRequest(tt.method, "http://127.0.0.1:1"+tt.path, nil)
+			if tt.reqHeader != nil {
+				req.Header = tt.reqHeader
+			}
 			resp := &http.Response{StatusCode: tt.status, Header: tt.header, Body: io.NopCloser(strings.NewReader(tt.body)), Request: req}
 			problems := c.check(req, resp, []byte(tt.body))
 			if got := len(problems) > 0; got != tt.wantProblem {
 				t.Errorf("problems = %q, want some: %v", problems, tt.wantProblem)
 			}
 		})
+	}
+}
+
+// TestErrorSchemasTyped checks the document's pattern for errors, on which
+// generated clients depend for typed errors: every const and enum has a
+// type beside it, and every error response's body is a named schema of its
+// status, the Error narrowed to that status (an integer const) and to
+// codes (a string enum) that errorf gives that status. An operation
+// without a request body lists no request-body error (invalid_json).
+func TestErrorSchemasTyped(t *testing.T) {
+	var doc map[string]any
+	if err := json.Unmarshal(openAPISource, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(where string, v any)
+	walk = func(where string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			_, isConst := v["const"]
+			_, isEnum := v["enum"]
+			if _, typed := v["type"]; (isConst || isEnum) && !typed {
+				t.Errorf("%s: a const or enum without a type", where)
+			}
+			for k, e := range v {
+				walk(where+"/"+k, e)
+			}
+		case []any:
+			for i, e := range v {
+				walk(where+"/"+strconv.Itoa(i), e)
+			}
+		}
+	}
+	walk("#", doc)
+
+	obj := func(v any, keys ...string) map[string]any {
+		for _, k := range keys {
+			m, _ := v.(map[string]any)
+			v = m[k]
+		}
+		m, _ := v.(map[string]any)
+		return m
+	}
+	schemas := obj(doc, "components", "schemas")
+	// narrowing returns the status and codes an error schema narrows the
+	// Error to, or what is wrong with it.
+	narrowing := func(name string) (status int, codes []string, err error) {
+		allOf, _ := obj(schemas, name)["allOf"].([]any)
+		if len(allOf) != 2 || obj(allOf[0])["$ref"] != "#/components/schemas/Error" {
+			return 0, nil, fmt.Errorf("not allOf the Error and its narrowing")
+		}
+		props := obj(allOf[1], "properties")
+		st, code := obj(props, "status"), obj(props, "code")
+		c, _ := st["const"].(float64)
+		if st["type"] != "integer" || c < 400 || obj(allOf[1])["type"] != "object" {
+			return 0, nil, fmt.Errorf("status is not an integer const of an error")
+		}
+		enum, _ := code["enum"].([]any)
+		for _, e := range enum {
+			if s, ok := e.(string); ok {
+				codes = append(codes, s)
+			}
+		}
+		if code["type"] != "string" || len(codes) == 0 || len(codes) != len(enum) {
+			return 0, nil, fmt.Errorf("code is not a string enum")
+		}
+		return int(c), codes, nil
+	}
+	used := map[string]bool{}
+	for path, item := range obj(doc, "paths") {
+		for method, o := range item.(map[string]any) {
+			op, _ := o.(map[string]any)
+			responses := obj(op, "responses")
+			if responses == nil {
+				continue
+			}
+			_, hasBody := op["requestBody"]
+			for status, r := range responses {
+				code, _ := strconv.Atoi(status)
+				body := obj(r, "content", "application/json")
+				where := fmt.Sprintf("%s %s %s", method, path, status)
+				if code < 400 || body == nil {
+					if code >= 400 && method != "head" {
+						t.Errorf("%s: an error without an application/json body", where)
+					}
+					continue
+				}
+				ref, _ := obj(body, "schema")["$ref"].(string)
+				name, ok := strings.CutPrefix(ref, "#/components/schemas/")
+				if !ok || len(obj(body, "schema")) != 1 {
+					t.Errorf("%s: the body is not a $ref to a named error schema", where)
+					continue
+				}
+				used[name] = true
+				st, codes, err := narrowing(name)
+				if err != nil {
+					t.Errorf("%s: %s: %v", where, name, err)
+					continue
+				}
+				if st != code {
+					t.Errorf("%s: %s is the error of a %d", where, name, st)
+				}
+				for _, c := range codes {
+					if errorStatus[c] != code {
+						t.Errorf("%s: %s lists %q, which comes with status %d", where, name, c, errorStatus[c])
+					}
+					if c == "invalid_json" && !hasBody {
+						t.Errorf("%s: %s lists invalid_json, yet the operation takes no body", where, name)
+					}
+				}
+			}
+		}
+	}
+	for name, s := range schemas {
+		if allOf, _ := obj(s)["allOf"].([]any); len(allOf) > 0 && !used[name] {
+			t.Errorf("error schema %s is used by no response", name)
+		}
+	}
+}
+
+// TestHeadOperationsMirrorGet checks that every GET path documents its
+// HEAD, with the GET's parameters, security, statuses and headers, and no
+// body.
+func TestHeadOperationsMirrorGet(t *testing.T) {
+	type response struct {
+		Headers map[string]json.RawMessage `json:"headers"`
+		Content json.RawMessage            `json:"content"`
+	}
+	type operation struct {
+		OperationID string              `json:"operationId"`
+		Parameters  json.RawMessage     `json:"parameters"`
+		Security    json.RawMessage     `json:"security"`
+		Deprecated  bool                `json:"deprecated"`
+		Responses   map[string]response `json:"responses"`
+	}
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(openAPISource, &doc); err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for path, item := range doc.Paths {
+		var get, head operation
+		if item["get"] == nil {
+			if item["head"] != nil {
+				t.Errorf("HEAD %s without a GET", path)
+			}
+			continue
+		}
+		if item["head"] == nil {
+			t.Errorf("GET %s without a HEAD", path)
+			continue
+		}
+		if json.Unmarshal(item["get"], &get) != nil || json.Unmarshal(item["head"], &head) != nil {
+			t.Fatalf("%s: operations do not parse", path)
+		}
+		for _, op := range []operation{get, head} {
+			if other, ok := ids[op.OperationID]; ok || op.OperationID == "" {
+				t.Errorf("%s: operationId %q is not unique (also %s)", path, op.OperationID, other)
+			}
+			ids[op.OperationID] = path
+		}
+		if !bytes.Equal(get.Parameters, head.Parameters) || !bytes.Equal(get.Security, head.Security) || get.Deprecated != head.Deprecated {
+			t.Errorf("HEAD %s: parameters, security or deprecation differ from the GET's", path)
+		}
+		for status, r := range get.Responses {
+			h, ok := head.Responses[status]
+			if !ok {
+				t.Errorf("HEAD %s: no %s, which the GET has", path, status)
+				continue
+			}
+			if h.Content != nil {
+				t.Errorf("HEAD %s %s: a body", path, status)
+			}
+			if len(h.Headers) != len(r.Headers) {
+				t.Errorf("HEAD %s %s: %d headers, the GET has %d", path, status, len(h.Headers), len(r.Headers))
+			}
+			for name, def := range r.Headers {
+				if !bytes.Equal(h.Headers[name], def) {
+					t.Errorf("HEAD %s %s: header %s differs from the GET's", path, status, name)
+				}
+			}
+		}
+		if len(head.Responses) != len(get.Responses) {
+			t.Errorf("HEAD %s: %d statuses, the GET has %d", path, len(head.Responses), len(get.Responses))
+		}
+	}
+}
+
+// TestHeadMatchesGet sends HEAD on every documented HEAD operation, and on
+// some of their errors, through the contract checker, and checks that each
+// answer is its GET's without the body: the same status and headers.
+func TestHeadMatchesGet(t *testing.T) {
+	ts := startServer(t)
+	for _, w := range []struct{ path, body string }{
+		{"/v1/categories", `{"name":"Dog"}`},
+		{"/v1/pets", `{"name":"Rex","categoryId":1}`},
+		{"/v1/store/orders", `{"petId":1,"quantity":1}`},
+	} {
+		if r := ts.do(t, "POST", w.path, ts.key, w.body); r.status != 201 {
+			t.Fatalf("POST %s: %d %s", w.path, r.status, r.body)
+		}
+	}
+	doc, err := openAPIDocument("http://localhost:8080/v1", "production")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := documentOperations(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type request struct {
+		path, key string
+		header    []string
+	}
+	var requests []request
+	for _, op := range ops {
+		if op.method == http.MethodHead {
+			// Each collection has one record, of id 1.
+			p := regexp.MustCompile(`\{[^/]+\}`).ReplaceAllString(op.path, "1")
+			requests = append(requests, request{p, ts.key, nil}, request{p, "", nil})
+		}
+	}
+	if len(requests) == 0 {
+		t.Fatal("no HEAD operation in the document")
+	}
+	etag := ts.do(t, "GET", "/v1/categories", ts.key, "").header.Get("ETag")
+	requests = append(requests,
+		request{"/v1/categories", ts.key, []string{"If-None-Match", etag}}, // 304
+		request{"/v1/categories?limit=0", ts.key, nil},                     // 400
+		request{"/v1/categories?limit=1", ts.key, nil},                     // a page
+		request{"/v1/pets?status=lost", ts.key, nil},                       // 400
+		request{"/v1/pets/abc", ts.key, nil},                               // 400
+		request{"/v1/pets/99", ts.key, nil},                                // 404
+		request{"/v1/dogs", ts.key, nil},                                   // 404, no operation
+	)
+	statuses := map[int]bool{}
+	for _, rq := range requests {
+		get := ts.do(t, "GET", rq.path, rq.key, "", rq.header...)
+		head := ts.do(t, "HEAD", rq.path, rq.key, "", rq.header...)
+		where := fmt.Sprintf("HEAD %s (key %v)", rq.path, rq.key != "")
+		statuses[head.status] = true
+		if head.status != get.status {
+			t.Errorf("%s: %d, the GET %d", where, head.status, get.status)
+		}
+		if len(head.body) > 0 {
+			t.Errorf("%s: a body: %s", where, head.body)
+		}
+		for name := range get.header {
+			if _, ok := head.header[name]; !ok && name != "Content-Length" {
+				t.Errorf("%s: no %s, which the GET has", where, name)
+			}
+		}
+		for name := range head.header {
+			if _, ok := get.header[name]; !ok && name != "Content-Length" {
+				t.Errorf("%s: %s, which the GET has not", where, name)
+			}
+		}
+		for _, name := range []string{"Content-Type", "ETag", "Link", "Deprecation", "Sunset", "X-Api-Stability", "Www-Authenticate"} {
+			if g, h := get.header.Values(name), head.header.Values(name); !slices.Equal(g, h) {
+				t.Errorf("%s: %s %q, the GET %q", where, name, h, g)
+			}
+		}
+	}
+	for _, want := range []int{200, 304, 400, 401, 404} {
+		if !statuses[want] {
+			t.Errorf("no HEAD answered %d", want)
+		}
 	}
 }
