@@ -33,7 +33,7 @@ Usage:
   petstore serve [--db PATH|URL] [--db-max-conns N] [--addr HOST:PORT] [--admin-addr HOST:PORT] [--env production|staging]
                 [--public-url URL] [--trust-proxy] [--anon-rpm N] [--max-addrs N]
                 [--ban-threshold N] [--ban-duration D] [--idempotency-ttl D]
-                [--redis URL] [--redis-timeout D] [--redis-prefix TEXT]
+                [--redis URL] [--redis-timeout D] [--redis-prefix TEXT] [--cors-origins LIST]
                 [--pets-deprecated-at DATE] [--pets-sunset-at DATE] [--busy-timeout D] [--shutdown-timeout D]
                 [--read-header-timeout D] [--read-timeout D] [--write-timeout D] [--idle-timeout D]
                 [--log-format text|json] [--log-level debug|info|warn|error]
@@ -96,6 +96,12 @@ func newFlagSet(name string) *flag.FlagSet {
 	return fs
 }
 
+// cmdName is the command a flag set parses ("keys create"), for messages
+// that exitCode prefixes with "petstore: ".
+func cmdName(fs *flag.FlagSet) string {
+	return strings.TrimPrefix(fs.Name(), "petstore ")
+}
+
 func dbFlag(fs *flag.FlagSet) *string {
 	return fs.String("db", "petstore.db", "the SQLite database `file`, or a postgres:// URL")
 }
@@ -144,7 +150,7 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string, std
 				fs.PrintDefaults()
 				return nil, errHelp
 			}
-			return nil, usagef("%s: %v", fs.Name(), err)
+			return nil, usagef("%s: %v", cmdName(fs), err)
 		}
 		args = fs.Args()
 		if len(args) == 0 {
@@ -163,7 +169,7 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string, std
 			return
 		}
 		if serr := fs.Set(f.Name, v); serr != nil {
-			err = usagef("%s: invalid value %q for %s: %v", fs.Name(), v, env, serr)
+			err = usagef("%s: invalid value %q for %s: %v", cmdName(fs), v, env, serr)
 		}
 	})
 	if err != nil {
@@ -171,9 +177,9 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string, std
 	}
 	if len(pos) != nargs {
 		if nargs == 0 {
-			return nil, usagef("%s: unexpected argument %q", fs.Name(), pos[0])
+			return nil, usagef("%s: unexpected argument %q", cmdName(fs), pos[0])
 		}
-		return nil, usagef("%s: want %d argument(s), got %d; see '%s -h'", fs.Name(), nargs, len(pos), fs.Name())
+		return nil, usagef("%s: want %d argument(s), got %d; see '%s -h'", cmdName(fs), nargs, len(pos), fs.Name())
 	}
 	return pos, nil
 }
@@ -204,6 +210,8 @@ type serveConfig struct {
 	redisTimeout     time.Duration
 	redisPrefix      string
 	idempotencyTTL   time.Duration
+	corsOrigins      string     // --cors-origins as given
+	cors             corsPolicy // what validate made of it
 
 	busyTimeout       time.Duration
 	shutdownTimeout   time.Duration
@@ -267,6 +275,10 @@ func (cfg *serveConfig) validate() error {
 	// Paths are appended to it ("/categories?..." in a Link): a trailing
 	// slash would make "//categories", which is a 404 here.
 	cfg.publicURL = strings.TrimRight(cfg.publicURL, "/")
+	var err error
+	if cfg.cors, err = parseCORSOrigins(cfg.corsOrigins); err != nil {
+		return usagef("%v", err)
+	}
 	if cfg.redis != "" {
 		if _, err := parseRedisURL(cfg.redis); err != nil {
 			return usagef("%v", err)
@@ -276,11 +288,21 @@ func (cfg *serveConfig) validate() error {
 }
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := parseServe(args, getenv, stdout)
+	if err != nil {
+		return helpIsNoError(err)
+	}
+	return serve(ctx, cfg, stderr)
+}
+
+// parseServe reads the serve command's flags and environment into a
+// validated serveConfig.
+func parseServe(args []string, getenv func(string) string, stdout io.Writer) (serveConfig, error) {
 	fs := newFlagSet("serve")
 	var cfg serveConfig
 	fs.StringVar(&cfg.db, "db", "petstore.db", "the SQLite database `file`, or a postgres:// URL")
 	fs.IntVar(&cfg.dbMaxConns, "db-max-conns", defaultMaxConns, "PostgreSQL connections this instance opens at most; instances x this must stay below the server's max_connections")
-	fs.StringVar(&cfg.addr, "addr", ":8080", "`host:port` to listen on")
+	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "`host:port` to listen on; loopback by default, so a first run is not open to the network (:8080 listens on every interface)")
 	fs.StringVar(&cfg.env, "env", "production", "environment: production or staging; only its keys are accepted")
 	fs.StringVar(&cfg.publicURL, "public-url", "http://localhost:8080/v1", "the base `URL` clients use, advertised in the OpenAPI document")
 	fs.StringVar(&cfg.adminAddr, "admin-addr", "127.0.0.1:9090", "`host:port` of the admin listener (metrics, health); empty or off turns it off")
@@ -296,6 +318,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fs.StringVar(&cfg.redis, "redis", "", "a redis:// or rediss:// `URL`: rate limits shared by every instance that uses it; empty keeps them in this process")
 	fs.DurationVar(&cfg.redisTimeout, "redis-timeout", defaultRedisTimeout, "how long a request waits for Redis before this instance falls back to its own limits")
 	fs.StringVar(&cfg.redisPrefix, "redis-prefix", "petstore:", "what the names of petstore's keys in Redis begin with")
+	fs.StringVar(&cfg.corsOrigins, "cors-origins", "", "browser `origins` that may call the API: a comma-separated list of scheme://host[:port], or *; empty: none")
 	fs.DurationVar(&cfg.idempotencyTTL, "idempotency-ttl", defaultIdemTTL, "how long the answer to a POST sent with an Idempotency-Key is kept for its retries")
 	fs.DurationVar(&cfg.busyTimeout, "busy-timeout", defaultBusyTimeout, "how long an operation waits for the database (a SQLite lock another process holds; PostgreSQL's connection, locks and answer) before it answers 503")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long requests in flight may take to finish on SIGTERM")
@@ -306,12 +329,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
 	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	if _, err := parseFlags(fs, args, getenv, stdout, 0); err != nil {
-		return helpIsNoError(err)
+		return serveConfig{}, err
 	}
-	if err := cfg.validate(); err != nil {
-		return err
-	}
-	return serve(ctx, cfg, stderr)
+	return cfg, cfg.validate()
 }
 
 // checkHostPort checks that addr is host:port with a port net.Listen takes.

@@ -149,6 +149,13 @@ func TestUsageErrors(t *testing.T) {
 		{"db URL pgx refuses", []string{"migrate", "--db", "postgres://u:hunter2@127.0.0.1/x?sslmode=sometimes"}, nil, "sslmode"},
 		{"db URL with the password in its query", []string{"migrate", "--db", "postgres://u@127.0.0.1/x?password=hunter2&sslmode=sometimes"}, nil, "xxxxx"},
 		{"no connections", []string{"serve", "--db", "postgres://u:hunter2@127.0.0.1/x", "--db-max-conns", "0"}, nil, "--db-max-conns"},
+		{"cors origin with a path", []string{"serve", "--db", db, "--cors-origins", "https://app.example.com/ui"}, nil, "--cors-origins"},
+		{"cors origin without a scheme", []string{"serve", "--db", db, "--cors-origins", "app.example.com"}, nil, "--cors-origins"},
+		{"cors origin of another scheme", []string{"serve", "--db", db, "--cors-origins", "ftp://app.example.com"}, nil, "--cors-origins"},
+		{"cors * among origins", []string{"serve", "--db", db, "--cors-origins", "https://a.example.com,*"}, nil, "stands alone"},
+		{"cors list of commas", []string{"serve", "--db", db, "--cors-origins", " , "}, nil, "--cors-origins"},
+		{"cors origin null", []string{"serve", "--db", db, "--cors-origins", "null"}, nil, "--cors-origins"},
+		{"cors origin with a user", []string{"serve", "--db", db, "--cors-origins", "https://u@a.example.com"}, nil, "--cors-origins"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -156,6 +163,9 @@ func TestUsageErrors(t *testing.T) {
 			var msg bytes.Buffer
 			if code := exitCode(err, &msg); code != 2 {
 				t.Fatalf("exit code = %d (%v), want 2", code, err)
+			}
+			if strings.HasPrefix(msg.String(), "petstore: petstore") {
+				t.Errorf("message %q names petstore twice", msg.String())
 			}
 			if line := msg.String(); strings.Count(line, "\n") != 1 || !strings.Contains(line, tt.want) {
 				t.Errorf("message = %q, want one line naming %q", line, tt.want)
@@ -246,10 +256,13 @@ func TestStartupFailures(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, _, err := runCLI(t, nil, append([]string{"serve"}, tt.args...)...)
+			_, stderr, err := runCLI(t, nil, append([]string{"serve"}, tt.args...)...)
 			var msg bytes.Buffer
 			if code := exitCode(err, &msg); code != 1 {
 				t.Fatalf("exit code = %d (%v), want 1", code, err)
+			}
+			if stderr != "" { // no "stopped" before the error: it is the one line
+				t.Errorf("a failed start printed %q before its error", stderr)
 			}
 			if line := msg.String(); strings.Count(line, "\n") != 1 || !strings.Contains(line, tt.want) {
 				t.Errorf("message = %q, want one line with %q", line, tt.want)

@@ -73,6 +73,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	listening := false // "stopped" only follows "listening": a failed start prints its error alone
 	defer func() {
 		// Runs last: after the servers drained and the upkeep wrote the
 		// day counts, fold the WAL into the database file.
@@ -80,7 +81,9 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 			logger.Warn("checkpoint on shutdown", "err", err)
 		}
 		store.Close()
-		logger.Info("stopped")
+		if listening {
+			logger.Info("stopped")
+		}
 	}()
 
 	bans := newBanQueue()
@@ -169,6 +172,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		attrs = append(attrs, "redis", redactDB(cfg.redis))
 	}
 	logger.Info("listening", attrs...)
+	listening = true
 	logs.Flush()
 	select {
 	case err := <-serveErr:
