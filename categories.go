@@ -103,7 +103,11 @@ func handleCategoryCreate(store Store, idem *idempotency) http.Handler {
 			return store.CreateCategory(ctx, c, foldName(c.Name), w)
 		},
 		func(c Category, err error) *apiError {
-			if errors.Is(err, errConflict) {
+			var taken *nameTaken
+			switch {
+			case errors.As(err, &taken) && taken.name != c.Name:
+				return errorf("conflict", "a category named %q exists already, and %q is the same name (names are compared ignoring case)", taken.name, c.Name)
+			case errors.Is(err, errConflict):
 				return errorf("conflict", "a category named %q exists already (names are compared ignoring case)", c.Name)
 			}
 			return nil

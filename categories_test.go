@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -151,4 +153,57 @@ func TestListReaderLeavingIsNotAFailure(t *testing.T) {
 	cancel()
 	<-leaving
 	wg.Wait()
+}
+
+// TestConflictNamesTheCategoryThatExists: a 409 names the category that
+// holds the name, as it is spelled, not only the one sent; with an
+// Idempotency-Key too, and when the two meet in one batch.
+func TestConflictNamesTheCategoryThatExists(t *testing.T) {
+	ts := startServer(t)
+	if r := ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"Dog"}`); r.status != 201 {
+		t.Fatalf("seed: %d %s", r.status, r.body)
+	}
+	message := func(r response) string {
+		t.Helper()
+		wantError(t, r, http.StatusConflict, "conflict")
+		return decode[apiError](t, r).Message
+	}
+	if m := message(ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"dog"}`)); !strings.Contains(m, `"Dog"`) || !strings.Contains(m, `"dog"`) {
+		t.Errorf("message %q does not name both Dog, which exists, and dog, which was sent", m)
+	}
+	if m := message(ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"Dog"}`)); strings.Count(m, "Dog") != 1 {
+		t.Errorf("message %q, want Dog named once when it was sent as it exists", m)
+	}
+	keyed := ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"DOG"}`, "Idempotency-Key", "conflict-1")
+	if m := message(keyed); !strings.Contains(m, `"Dog"`) {
+		t.Errorf("keyed: message %q does not name Dog", m)
+	}
+	if again := ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"DOG"}`, "Idempotency-Key", "conflict-1"); string(again.body) != string(keyed.body) {
+		t.Errorf("replay %s, want the stored %s", again.body, keyed.body)
+	}
+
+	// Two spellings at once, keyed and not: whichever is made, the other's
+	// 409 names it (on SQLite they often share a batch).
+	for i := range 20 {
+		names := [2]string{fmt.Sprintf("Cat%d", i), fmt.Sprintf("CAT%d", i)}
+		var rs [2]response
+		var wg sync.WaitGroup
+		for j := range 2 {
+			wg.Go(func() {
+				var hdr []string
+				if j == 1 {
+					hdr = []string{"Idempotency-Key", fmt.Sprintf("race-%d", i)}
+				}
+				rs[j], _ = ts.send("POST", "/v1/categories", ts.key, `{"name":"`+names[j]+`"}`, hdr...)
+			})
+		}
+		wg.Wait()
+		won := slices.IndexFunc(rs[:], func(r response) bool { return r.status == 201 })
+		if won < 0 || rs[1-won].status != 409 {
+			t.Fatalf("round %d: statuses %d and %d, want one 201 and one 409", i, rs[0].status, rs[1].status)
+		}
+		if m := message(rs[1-won]); !strings.Contains(m, `"`+names[won]+`"`) {
+			t.Errorf("round %d: %q was made, but the other's 409 says %q", i, names[won], m)
+		}
+	}
 }

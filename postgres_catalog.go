@@ -25,21 +25,36 @@ type pgBatch struct {
 	then []func(next *pgx.Batch)
 }
 
-// insertID queues an INSERT ... RETURNING id that sets *id. An INSERT that
-// returns no row (ON CONFLICT DO NOTHING, or a WHERE EXISTS that found no
-// referenced row) fails this write alone, with noRow: PostgreSQL would undo
-// the whole transaction for a statement that failed on a constraint, so the
+// insertID queues a create's statement (keyedForm's unkeyed form), which
+// returns the new row's id, or NULL and what holds the name. A NULL id (ON
+// CONFLICT DO NOTHING, or a WHERE EXISTS that found no referenced row)
+// fails this write alone, with noRow: PostgreSQL would undo the whole
+// transaction for a statement that failed on a constraint, so the
 // statements are written not to fail on them.
 func (b *pgBatch) insertID(noRow error, id *int64, query string, args ...any) {
 	i := b.job
 	b.Queue(query, args...).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(id)
-		if errors.Is(err, pgx.ErrNoRows) {
-			b.errs[i] = noRow
-			return nil
+		var made *int64
+		var holder *string
+		if err := row.Scan(&made, &holder); err != nil {
+			return err
 		}
-		return err
+		if made == nil {
+			b.errs[i] = refusedBy(noRow, holder)
+		} else {
+			*id = *made
+		}
+		return nil
 	})
+}
+
+// refusedBy is the refusal noRow, naming the category that holds the name
+// for a conflict.
+func refusedBy(noRow error, holder *string) error {
+	if errors.Is(noRow, errConflict) {
+		return conflictNamed(holder)
+	}
+	return noRow
 }
 
 // lockCatalog makes the creates of all instances take turns, a batch at a
@@ -141,14 +156,19 @@ func (s *pgStore) sendBatch(b *pgBatch, deadline time.Time) error {
 
 // The creates' statements, without an Idempotency-Key and with one
 // (keyedForm). Each INSERT returns no row rather than fail on a constraint:
-// PostgreSQL would abort the batch's whole transaction.
+// PostgreSQL would abort the batch's whole transaction. A category's
+// statement also reads the name that the one sent collides with: the
+// statement's snapshot holds every row that can (the batches of all
+// instances take turns under lockCatalog, and an earlier statement of
+// this batch is seen too), but not the row this statement inserts.
 var (
 	pgInsertCategory, pgInsertCategoryKeyed = keyedForm(`INSERT INTO categories (name, fold, description)
-		SELECT $1::text, $2::text, $3::text WHERE true%s ON CONFLICT (fold) DO NOTHING RETURNING id`, 3)
+		SELECT $1::text, $2::text, $3::text WHERE true%s ON CONFLICT (fold) DO NOTHING RETURNING id`, 3,
+		`(SELECT name FROM categories WHERE fold = $2)`)
 	pgInsertPet, pgInsertPetKeyed = keyedForm(`INSERT INTO pets (name, category_id, status)
-		SELECT $1::text, $2::bigint, $3::text WHERE EXISTS (SELECT 1 FROM categories WHERE id = $2)%s RETURNING id`, 3)
+		SELECT $1::text, $2::bigint, $3::text WHERE EXISTS (SELECT 1 FROM categories WHERE id = $2)%s RETURNING id`, 3, "")
 	pgInsertOrder, pgInsertOrderKeyed = keyedForm(`INSERT INTO orders (pet_id, quantity, status, created_at)
-		SELECT $1::bigint, $2::integer, $3::text, $4::timestamptz WHERE EXISTS (SELECT 1 FROM pets WHERE id = $1)%s RETURNING id`, 4)
+		SELECT $1::bigint, $2::integer, $3::text, $4::timestamptz WHERE EXISTS (SELECT 1 FROM pets WHERE id = $1)%s RETURNING id`, 4, "")
 )
 
 func (s *pgStore) CreateCategory(ctx context.Context, c Category, fold string, idem *idemWrite[Category]) (Category, error) {

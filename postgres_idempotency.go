@@ -23,7 +23,7 @@ import (
 // (pgCreate): nobody ever sees it so. PostgreSQL would abort the whole
 // transaction on a unique violation, so the claim's ON CONFLICT turns one
 // into "not claimed", and the unique (key_id, idem_key) stays the backstop.
-func pgKeyedCreate(insert string, n int) string {
+func pgKeyedCreate(insert string, n int, holder string) string {
 	p := func(i int) string { return "$" + strconv.Itoa(n+i) }
 	return `WITH claim AS (
 		INSERT INTO idempotency (key_id, idem_key, fingerprint, status, body, created_us) VALUES (` +
@@ -31,7 +31,7 @@ func pgKeyedCreate(insert string, n int) string {
 		ON CONFLICT (key_id, idem_key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, status = 201, body = '', created_us = EXCLUDED.created_us
 		WHERE idempotency.created_us <= ` + p(5) + ` RETURNING 1
 	), made AS (` + fmt.Sprintf(insert, " AND EXISTS (SELECT 1 FROM claim)") + `)
-	SELECT EXISTS (SELECT 1 FROM claim), (SELECT id FROM made)`
+	SELECT EXISTS (SELECT 1 FROM claim), (SELECT id FROM made), ` + holder
 }
 
 // The second round of a batch with keyed creates: each stores its answer,
@@ -59,7 +59,8 @@ func pgCreate[Row any](b *pgBatch, w *idemWrite[Row], noRow error, id *int64, ro
 	b.Queue(keyed, args...).QueryRow(func(r pgx.Row) error {
 		var claimed bool
 		var made *int64
-		if err := r.Scan(&claimed, &made); err != nil {
+		var holder *string
+		if err := r.Scan(&claimed, &made, &holder); err != nil {
 			return err
 		}
 		if !claimed {
@@ -67,7 +68,7 @@ func pgCreate[Row any](b *pgBatch, w *idemWrite[Row], noRow error, id *int64, ro
 			return nil
 		}
 		if made == nil {
-			b.errs[i] = noRow
+			b.errs[i] = refusedBy(noRow, holder)
 		} else {
 			*id = *made
 		}
@@ -160,7 +161,12 @@ func (s *pgStore) PurgeIdempotency(ctx context.Context, before, now time.Time, l
 }
 
 // keyedForm returns a create's statement (see pgKeyedCreate) without an
-// Idempotency-Key and with one.
-func keyedForm(insert string, n int) (unkeyed, keyed string) {
-	return fmt.Sprintf(insert, ""), pgKeyedCreate(insert, n)
+// Idempotency-Key and with one. Both end with holder, an expression of the
+// name that holds the one sent, read when the INSERT makes no row ("":
+// none).
+func keyedForm(insert string, n int, holder string) (unkeyed, keyed string) {
+	if holder == "" {
+		holder = "NULL::text"
+	}
+	return `WITH made AS (` + fmt.Sprintf(insert, "") + `) SELECT (SELECT id FROM made), ` + holder, pgKeyedCreate(insert, n, holder)
 }

@@ -42,6 +42,7 @@ type sqliteStore struct {
 	group *groupCommitter[*batchTx]
 
 	insertCategory, insertPet, insertOrder *sql.Stmt
+	categoryNamed                          *sql.Stmt // the name that folds to fold, on a conflict
 	storeIdem, hasIdem                     *sql.Stmt // sqlite_idempotency.go
 	// lookupIdem reads on r: prepared once, not parsed on every keyed POST.
 	lookupIdem *sql.Stmt
@@ -165,6 +166,7 @@ func openSQLite(ctx context.Context, path string, migrateUp bool, now func() tim
 		{&s.insertCategory, "INSERT INTO categories (name, fold, description) VALUES (?, ?, ?)"},
 		{&s.insertPet, "INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?)"},
 		{&s.insertOrder, "INSERT INTO orders (pet_id, quantity, status, created_at) VALUES (?, ?, ?, ?)"},
+		{&s.categoryNamed, "SELECT name FROM categories WHERE fold = ?"},
 		{&s.storeIdem, sqliteStoreIdem},
 		{&s.hasIdem, sqliteHasIdem},
 	} {

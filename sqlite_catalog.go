@@ -32,7 +32,13 @@ func (s *sqliteStore) CreateCategory(ctx context.Context, c Category, fold strin
 			return insertID(tx, s.insertCategory, &c.ID, c.Name, fold, c.Description)
 		}, func() Category { return c }, func(err error) error {
 			if isUniqueViolation(err) {
-				return errConflict
+				// The same transaction sees the row that holds the name,
+				// even one made earlier in this batch.
+				var name string
+				if tx.stmt(s.categoryNamed).QueryRow(fold).Scan(&name) != nil {
+					return errConflict
+				}
+				return conflictNamed(&name)
 			}
 			return nil
 		})

@@ -241,6 +241,23 @@ type dayDelta struct {
 
 // wrapCreate describes a create's error with the store's describe, but
 // for the refusals a handler answers as they are.
+// nameTaken is errConflict naming the category that holds the name: the
+// one sent may differ from it in case ("dog" against "Dog").
+type nameTaken struct{ name string }
+
+func (e *nameTaken) Error() string { return fmt.Sprintf("conflict with category %q", e.name) }
+func (e *nameTaken) Unwrap() error { return errConflict }
+
+// conflictNamed is errConflict naming the category called name, when the
+// store could read it (nil: it could not, and the plain errConflict says
+// enough).
+func conflictNamed(name *string) error {
+	if name == nil {
+		return errConflict
+	}
+	return &nameTaken{*name}
+}
+
 func wrapCreate(what string, err error, describe func(error) error) error {
 	if isRefusal(err) {
 		return err
