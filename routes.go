@@ -37,6 +37,7 @@ func newServer(logger *slog.Logger, reqLog *requestLog, store Store, idem *idemp
 	routes := append(apiRoutes(store, idem, cfg),
 		route{"GET /healthz", handleHealth(cfg.env)},
 		route{"GET /readyz", handleReady(store, lim)})
+	routes = append(routes, docsRoutes()...)
 	return chain(newRouter(routes),
 		withRequestID,                         // runs first: every answer has an id
 		logRequests(reqLog, m),                // one log line and the metrics of each request

@@ -1,0 +1,174 @@
+// docs.go owns the documentation page at /docs: Swagger UI on the served
+// OpenAPI document, from files embedded in the binary (docsui/; fetch.sh
+// there reproduces the vendored ones), loading nothing from another origin.
+
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+//go:embed docsui/index.html docsui/docs.js docsui/swagger-ui-bundle.js.gz docsui/swagger-ui.css.gz
+//go:embed docsui/LICENSE docsui/NOTICE docsui/swagger-ui-bundle.js.LICENSE.txt
+var docsFiles embed.FS
+
+// docsCSP lets the page load from its own origin only: scripts, styles,
+// the document and the calls of "Try it out" alike. Swagger UI's stylesheet
+// draws its icons as data: images; no inline script or style is needed
+// (TestBrowserDocsOffline reports any violation). frame-ancestors keeps
+// the page, where a key is typed, out of other sites' frames.
+const docsCSP = "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+
+// docsAssetTable is every file of the page, by the name it is served as
+// under /docs/; the page itself is "", served at /docs (a {file} wildcard
+// never matches an empty name).
+var docsAssetTable = []struct{ name, file, contentType string }{
+	{"", "docsui/index.html", "text/html; charset=utf-8"},
+	{"docs.js", "docsui/docs.js", "text/javascript; charset=utf-8"},
+	{"swagger-ui-bundle.js", "docsui/swagger-ui-bundle.js.gz", "text/javascript; charset=utf-8"},
+	{"swagger-ui.css", "docsui/swagger-ui.css.gz", "text/css; charset=utf-8"},
+	{"LICENSE", "docsui/LICENSE", "text/plain; charset=utf-8"},
+	{"NOTICE", "docsui/NOTICE", "text/plain; charset=utf-8"},
+	{"swagger-ui-bundle.js.LICENSE.txt", "docsui/swagger-ui-bundle.js.LICENSE.txt", "text/plain; charset=utf-8"},
+}
+
+// docsAsset is one file of the page as it is served.
+type docsAsset struct {
+	contentType string
+	stored      []byte // gzip when gzipped, else the file itself
+	gzipped     bool
+	etag        string                 // of the identity representation; the gzip one adds -gzip
+	plain       func() ([]byte, error) // the identity bytes, decompressed on first need
+}
+
+// docsRoutes returns the routes of the documentation page. Neither needs a
+// key; the files are read and hashed on the first request, so start-up
+// does not wait for them.
+func docsRoutes() []route {
+	assets := sync.OnceValues(loadDocsAssets)
+	return []route{
+		{"GET /docs", serveDocsAsset(assets, func(*http.Request) string { return "" })},
+		{"GET /docs/{file}", serveDocsAsset(assets, func(r *http.Request) string { return r.PathValue("file") })},
+	}
+}
+
+// loadDocsAssets reads the embedded files into what serveDocsAsset needs.
+func loadDocsAssets() (map[string]*docsAsset, error) {
+	assets := make(map[string]*docsAsset, len(docsAssetTable))
+	for _, e := range docsAssetTable {
+		b, err := docsFiles.ReadFile(e.file)
+		if err != nil {
+			return nil, fmt.Errorf("embedded %s: %w", e.file, err)
+		}
+		sum := sha256.Sum256(b)
+		a := &docsAsset{contentType: e.contentType, stored: b, etag: `"` + hex.EncodeToString(sum[:16]) + `"`}
+		a.plain = func() ([]byte, error) { return a.stored, nil }
+		if strings.HasSuffix(e.file, ".gz") {
+			a.gzipped = true
+			a.plain = sync.OnceValues(func() ([]byte, error) { return gunzip(b) })
+		}
+		assets[e.name] = a
+	}
+	return assets, nil
+}
+
+// gunzip returns the decompressed content of b.
+func gunzip(b []byte) ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("gunzip: %w", err)
+	}
+	out, err := io.ReadAll(zr)
+	if err != nil {
+		return nil, fmt.Errorf("gunzip: %w", err)
+	}
+	return out, nil
+}
+
+// serveDocsAsset answers with the asset that name picks: the stored gzip
+// bytes to a client that accepts gzip, the decompressed ones to any other,
+// each with its own ETag, revalidated on every use (no-cache) so that a
+// new binary's page never meets an old cached bundle.
+func serveDocsAsset(assets func() (map[string]*docsAsset, error), name func(*http.Request) string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		all, err := assets()
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		a, ok := all[name(r)]
+		if !ok {
+			writeError(w, r, errorf("not_found", "no such path: %s", r.URL.Path))
+			return
+		}
+		h := w.Header()
+		h.Set("Content-Security-Policy", docsCSP)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Cache-Control", "no-cache")
+		body, etag := a.stored, a.etag
+		if a.gzipped {
+			h.Add("Vary", "Accept-Encoding") // Add: CORS may have put Origin there
+			if acceptsGzip(r.Header["Accept-Encoding"]) {
+				h.Set("Content-Encoding", "gzip")
+				etag = strings.TrimSuffix(etag, `"`) + `-gzip"`
+			} else if body, err = a.plain(); err != nil {
+				writeError(w, r, err)
+				return
+			}
+		}
+		h.Set("ETag", etag)
+		if etagMatches(r.Header["If-None-Match"], etag) {
+			h.Del("Content-Encoding")
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		h.Set("Content-Type", a.contentType)
+		h.Set("Content-Length", strconv.Itoa(len(body)))
+		w.WriteHeader(http.StatusOK)
+		if r.Method != http.MethodHead {
+			w.Write(body)
+		}
+	})
+}
+
+// acceptsGzip reports whether Accept-Encoding lines allow gzip: named
+// (or x-gzip) with a q above 0, or not named while "*" is.
+func acceptsGzip(lines []string) bool {
+	star := false
+	for _, line := range lines {
+		for item := range strings.SplitSeq(line, ",") {
+			coding, params, _ := strings.Cut(item, ";")
+			ok := qAbove0(params)
+			switch strings.ToLower(strings.TrimSpace(coding)) {
+			case "gzip", "x-gzip":
+				return ok
+			case "*":
+				star = ok
+			}
+		}
+	}
+	return star
+}
+
+// qAbove0 reports whether the parameters of an Accept-Encoding item give
+// it a weight above 0 (none means 1; one that does not parse, 0).
+func qAbove0(params string) bool {
+	for p := range strings.SplitSeq(params, ";") {
+		k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
+		if strings.EqualFold(k, "q") {
+			q, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return err == nil && q > 0
+		}
+	}
+	return true
+}
