@@ -239,8 +239,6 @@ type dayDelta struct {
 	N     int64
 }
 
-// wrapCreate describes a create's error with the store's describe, but
-// for the refusals a handler answers as they are.
 // nameTaken is errConflict naming the category that holds the name: the
 // one sent may differ from it in case ("dog" against "Dog").
 type nameTaken struct{ name string }
@@ -258,6 +256,8 @@ func conflictNamed(name *string) error {
 	return &nameTaken{*name}
 }
 
+// wrapCreate describes a create's error with the store's describe, but
+// for the refusals a handler answers as they are.
 func wrapCreate(what string, err error, describe func(error) error) error {
 	if isRefusal(err) {
 		return err
