@@ -296,7 +296,7 @@ func TestBrowserDocsTryItOut(t *testing.T) {
 // TestBrowserDocsOffline opens /docs in a browser that can reach nothing
 // but the server: the page renders from the server alone, asks nothing of
 // any other origin, and meets no CSP violation and no console error, in a
-// handful of requests (each counts against --anon-rpm).
+// handful of requests.
 func TestBrowserDocsOffline(t *testing.T) {
 	ctx := newBrowser(t)
 	ts := startServer(t)

@@ -90,8 +90,7 @@ func (p corsPolicy) allowed(origin string) bool {
 
 // isPreflight reports whether r is a CORS preflight of an API path.
 func isPreflight(r *http.Request) bool {
-	return r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" &&
-		(r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/"))
+	return r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" && isAPIPath(r.URL.Path)
 }
 
 // withCORS answers the preflights of allowed origins (204, no key, no rate

@@ -47,7 +47,7 @@ type docsAsset struct {
 	contentType string
 	stored      []byte // gzip when gzipped, else the file itself
 	gzipped     bool
-	etag        string                 // of the identity representation; the gzip one adds -gzip
+	etag        string                 // a hash of the stored bytes; the gzip answer's adds -gzip
 	plain       func() ([]byte, error) // the identity bytes, decompressed on first need
 }
 

@@ -74,7 +74,7 @@ func TestDocsPage(t *testing.T) {
 // client that accepts gzip, the same content decompressed to one that
 // does not, each with its own ETag; HEAD as GET without the body.
 func TestDocsAssets(t *testing.T) {
-	ts := startServer(t, "--anon-rpm", "1000") // some 50 keyless requests
+	ts := startServer(t)
 	for _, a := range docsAssetTable {
 		if a.name == "" {
 			continue // the page, TestDocsPage

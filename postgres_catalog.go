@@ -164,7 +164,7 @@ func (s *pgStore) sendBatch(b *pgBatch, deadline time.Time) error {
 var (
 	pgInsertCategory, pgInsertCategoryKeyed = keyedForm(`INSERT INTO categories (name, fold, description)
 		SELECT $1::text, $2::text, $3::text WHERE true%s ON CONFLICT (fold) DO NOTHING RETURNING id`, 3,
-		`(SELECT name FROM categories WHERE fold = $2)`)
+		`CASE WHEN NOT EXISTS (SELECT 1 FROM made) THEN (SELECT name FROM categories WHERE fold = $2) END`)
 	pgInsertPet, pgInsertPetKeyed = keyedForm(`INSERT INTO pets (name, category_id, status)
 		SELECT $1::text, $2::bigint, $3::text WHERE EXISTS (SELECT 1 FROM categories WHERE id = $2)%s RETURNING id`, 3, "")
 	pgInsertOrder, pgInsertOrderKeyed = keyedForm(`INSERT INTO orders (pet_id, quantity, status, created_at)

@@ -162,8 +162,8 @@ func (s *pgStore) PurgeIdempotency(ctx context.Context, before, now time.Time, l
 
 // keyedForm returns a create's statement (see pgKeyedCreate) without an
 // Idempotency-Key and with one. Both end with holder, an expression of the
-// name that holds the one sent, read when the INSERT makes no row ("":
-// none).
+// name that holds the one sent, which may read the CTE "made" to look only
+// when the INSERT made no row ("": none).
 func keyedForm(insert string, n int, holder string) (unkeyed, keyed string) {
 	if holder == "" {
 		holder = "NULL::text"
