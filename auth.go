@@ -87,6 +87,7 @@ type keyring struct {
 	store    Store
 	env      string
 	onChange func(*apiKey)
+	now      func() time.Time // when a key's expiry is checked
 
 	mu     sync.RWMutex
 	byHash map[[32]byte]*apiKey
@@ -94,8 +95,8 @@ type keyring struct {
 	seq    int64
 }
 
-func newKeyring(store Store, env string, onChange func(*apiKey)) *keyring {
-	return &keyring{store: store, env: env, onChange: onChange,
+func newKeyring(store Store, env string, now func() time.Time, onChange func(*apiKey)) *keyring {
+	return &keyring{store: store, env: env, now: now, onChange: onChange,
 		byHash: map[[32]byte]*apiKey{}, byID: map[int64]*apiKey{}, seq: -1}
 }
 
@@ -147,28 +148,37 @@ func (kr *keyring) watch(ctx context.Context, interval time.Duration, log *slog.
 }
 
 // keyOf returns the usable key that r's Authorization header carries, or
-// nil.
-func (kr *keyring) keyOf(r *http.Request) *apiKey {
+// nil, and whether it carried one that has expired.
+func (kr *keyring) keyOf(r *http.Request) (k *apiKey, expired bool) {
 	token, ok := bearerToken(r.Header.Get("Authorization"))
 	if !ok {
-		return nil
+		return nil, false
 	}
 	return kr.lookup(token)
 }
 
-// lookup returns the usable key whose secret is key, or nil.
-func (kr *keyring) lookup(key string) *apiKey {
+// lookup returns the usable key whose secret is key, or nil, and whether
+// key is one that has expired. Expiry is checked here, on the clock, not
+// when the keyring refreshes: a key stops working at its very second.
+func (kr *keyring) lookup(key string) (k *apiKey, expired bool) {
 	if !validKeyFormat(key, kr.env) {
-		return nil
+		return nil, false
 	}
 	h := hashKey(key)
 	kr.mu.RLock()
-	k := kr.byHash[h]
+	k = kr.byHash[h]
 	kr.mu.RUnlock()
-	return k
+	if k != nil && !k.ExpiresAt.IsZero() && !k.usableAt(kr.now()) {
+		return nil, true
+	}
+	return k, false
 }
 
-var errUnauthorized = errorf("unauthorized", "a valid API key is required: send Authorization: Bearer <key>")
+var (
+	errUnauthorized = errorf("unauthorized", "a valid API key is required: send Authorization: Bearer <key>")
+	errKeyExpired   = errorf("unauthorized", "this API key has expired: ask for a new one, and send it as Authorization: Bearer <key>")
+	errReadOnly     = errorf("forbidden", "this API key is read-only (scope read): it may GET and HEAD, not create")
+)
 
 // authenticate resolves the key of every request under /v1/, once, and
 // hands it on in the request's state, where the limiter, requireKey and
@@ -179,13 +189,13 @@ func authenticate(keys *keyring) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if isAPIPath(r.URL.Path) {
-				if k := keys.keyOf(r); k != nil {
+				if k, expired := keys.keyOf(r); k != nil || expired {
 					st := stateOf(r)
 					if st == nil { // no log layer made one
 						st = &reqState{}
 						r = withState(r, st)
 					}
-					st.key = k
+					st.key, st.expired = k, expired
 				}
 			}
 			next.ServeHTTP(w, r)
@@ -207,9 +217,27 @@ func requireKey(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if st := stateOf(r); st == nil || st.key == nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="petstore"`)
-			writeError(w, r, errUnauthorized)
+			err := errUnauthorized
+			if st != nil && st.expired {
+				// Said only to whoever holds the key: it names no key.
+				err = errKeyExpired
+			}
+			writeError(w, r, err)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// requireWrite is requireKey for the operations that write: a read key's
+// request is 403. The limiter has counted it already, and its headers
+// stay on the answer.
+func requireWrite(next http.Handler) http.Handler {
+	return requireKey(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if stateOf(r).key.Scope == scopeRead {
+			writeError(w, r, errReadOnly)
+			return
+		}
+		next.ServeHTTP(w, r)
+	}))
 }

@@ -21,7 +21,7 @@ func benchServer(b testing.TB) (http.Handler, string, *sqliteStore) {
 	store := testStore(b, filepath.Join(b.TempDir(), "bench.db"), true)
 	b.Cleanup(func() { store.Close() })
 	secret := newKeySecret("production")
-	if _, err := store.CreateKey(context.Background(), hashKey(secret), "bench", "enterprise", 100_000_000, 100_000_000_000, "production"); err != nil {
+	if _, err := store.CreateKey(context.Background(), keySpec{Hash: hashKey(secret), Name: "bench", Plan: "enterprise", RPM: 100_000_000, RPD: 100_000_000_000, Env: "production"}); err != nil {
 		b.Fatal(err)
 	}
 	for i := range 100 {
@@ -32,7 +32,7 @@ func benchServer(b testing.TB) (http.Handler, string, *sqliteStore) {
 		}
 	}
 	lim := newLimiter(limiterConfig{Now: time.Now})
-	keys := newKeyring(store, "production", nil)
+	keys := newKeyring(store, "production", time.Now, nil)
 	if err := keys.refresh(context.Background()); err != nil {
 		b.Fatal(err)
 	}

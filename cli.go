@@ -31,13 +31,14 @@ const usageText = `petstore: the pet store API server
 
 Usage:
   petstore serve [--db PATH|URL] [--db-max-conns N] [--addr HOST:PORT] [--admin-addr HOST:PORT] [--env production|staging]
-                [--public-url URL] [--trust-proxy] [--anon-rpm N] [--max-addrs N]
-                [--ban-threshold N] [--ban-duration D] [--idempotency-ttl D]
-                [--redis URL] [--redis-timeout D] [--redis-prefix TEXT] [--cors-origins LIST]
-                [--pets-deprecated-at DATE] [--pets-sunset-at DATE] [--busy-timeout D] [--shutdown-timeout D]
-                [--read-header-timeout D] [--read-timeout D] [--write-timeout D] [--idle-timeout D]
-                [--log-format text|json] [--log-level debug|info|warn|error]
-  petstore keys create --plan free|pro|business|enterprise [--name TEXT] [--rpm N --rpd N] [--env ENV] [--json]
+                 [--public-url URL] [--trust-proxy] [--anon-rpm N] [--max-addrs N]
+                 [--ban-threshold N] [--ban-duration D] [--idempotency-ttl D]
+                 [--redis URL] [--redis-timeout D] [--redis-prefix TEXT] [--cors-origins LIST]
+                 [--pets-deprecated-at DATE] [--pets-sunset-at DATE] [--busy-timeout D] [--shutdown-timeout D]
+                 [--read-header-timeout D] [--read-timeout D] [--write-timeout D] [--idle-timeout D]
+                 [--log-format text|json] [--log-level debug|info|warn|error]
+  petstore keys create --plan free|pro|business|enterprise [--name TEXT] [--rpm N --rpd N] [--env ENV]
+                       [--scope read|write] [--expires DURATION|DATE] [--json]
   petstore keys list [--json]
   petstore keys revoke ID
   petstore keys unban ID

@@ -36,6 +36,8 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 		rpm := fs.Int64("rpm", 0, "requests per minute (enterprise only, required there)")
 		rpd := fs.Int64("rpd", 0, "requests per day (enterprise only, required there)")
 		env := fs.String("env", "production", "the key's environment: production or staging")
+		scope := fs.String("scope", scopeWrite, "write, or read: GET and HEAD only (a POST is 403)")
+		expires := fs.String("expires", "", "when the key stops working: a duration from now (`90d`, 12h) or a time (2027-01-01 at 00:00 UTC, or RFC 3339); empty: never")
 		asJSON := fs.Bool("json", false, "print a JSON object instead of the key alone")
 		if _, err := parseFlags(fs, args, getenv, stdout, 0); err != nil {
 			return helpIsNoError(err)
@@ -46,8 +48,16 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 		if utf8.RuneCountInString(*name) > maxNameLen || !utf8.ValidString(*name) || strings.IndexFunc(*name, unicode.IsControl) >= 0 {
 			return usagef("keys create: --name must be at most %d characters of UTF-8 without control characters", maxNameLen)
 		}
+		if *scope != scopeWrite && *scope != scopeRead {
+			return usagef("keys create: --scope must be read or write, got %q", *scope)
+		}
+		expiresAt, err := parseExpiry(*expires, clockOf(ctx)())
+		if err != nil {
+			return err
+		}
+		spec := keySpec{Name: *name, Plan: *planName, RPM: *rpm, RPD: *rpd, Env: *env, Scope: *scope, ExpiresAt: expiresAt}
 		return withStore(ctx, *db, true, func(s Store) error {
-			return keysCreate(ctx, s, *planName, *name, *rpm, *rpd, *env, *asJSON, stdout, stderr)
+			return keysCreate(ctx, s, spec, *asJSON, stdout, stderr)
 		})
 	case "list":
 		asJSON := fs.Bool("json", false, "print a JSON array")
@@ -130,17 +140,49 @@ func checkKeyPlan(fs *flag.FlagSet, planName string, rpm, rpd int64, env string)
 	return checkEnv(env)
 }
 
+// parseExpiry reads keys create --expires at now: empty (never), a
+// duration from now (Go's, or whole days: 90d), a date (00:00 UTC) or an
+// RFC 3339 time. A time not after now is bad usage.
+func parseExpiry(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	var at time.Time
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseInt(days, 10, 32)
+		if err != nil || n <= 0 || n > 100*366 {
+			return time.Time{}, usagef("keys create: --expires %q: want whole days from 1 to 36600 (90d), a duration (12h), a date (2027-01-01) or an RFC 3339 time", s)
+		}
+		at = now.Add(time.Duration(n) * 24 * time.Hour)
+	} else if d, err := time.ParseDuration(s); err == nil {
+		at = now.Add(d)
+	} else if t, err := time.Parse(time.DateOnly, s); err == nil {
+		at = t
+	} else if t, err := time.Parse(time.RFC3339, s); err == nil {
+		at = t
+	} else {
+		return time.Time{}, usagef("keys create: --expires %q: want a duration (90d, 12h), a date (2027-01-01) or an RFC 3339 time", s)
+	}
+	at = at.UTC().Truncate(time.Second)
+	if !at.After(now) {
+		return time.Time{}, usagef("keys create: --expires %q is %s, not in the future", s, at.Format(time.RFC3339))
+	}
+	return at, nil
+}
+
 // keyView is a key as the keys commands print it; Key, the secret, is
 // set only by keys create.
 type keyView struct {
-	ID        int64     `json:"id"`
-	Key       string    `json:"key,omitempty"`
-	Name      string    `json:"name"`
-	Plan      string    `json:"plan"`
-	RPM       int64     `json:"rpm"`
-	RPD       int64     `json:"rpd"`
-	Env       string    `json:"env"`
-	CreatedAt time.Time `json:"createdAt"`
+	ID        int64      `json:"id"`
+	Key       string     `json:"key,omitempty"`
+	Name      string     `json:"name"`
+	Plan      string     `json:"plan"`
+	RPM       int64      `json:"rpm"`
+	RPD       int64      `json:"rpd"`
+	Env       string     `json:"env"`
+	Scope     string     `json:"scope"`
+	ExpiresAt *time.Time `json:"expiresAt"`
+	CreatedAt time.Time  `json:"createdAt"`
 }
 
 // keyListView is a key as keys list --json prints it.
@@ -152,12 +194,18 @@ type keyListView struct {
 
 func viewKey(k apiKey) keyView {
 	rpm, rpd := planLimits(k.Plan, k.RPM, k.RPD)
-	return keyView{ID: k.ID, Name: k.Name, Plan: k.Plan, RPM: rpm, RPD: rpd, Env: k.Env, CreatedAt: k.CreatedAt.UTC()}
+	v := keyView{ID: k.ID, Name: k.Name, Plan: k.Plan, RPM: rpm, RPD: rpd, Env: k.Env, Scope: k.Scope, CreatedAt: k.CreatedAt.UTC()}
+	if !k.ExpiresAt.IsZero() {
+		at := k.ExpiresAt.UTC()
+		v.ExpiresAt = &at
+	}
+	return v
 }
 
-func keysCreate(ctx context.Context, s Store, planName, name string, rpm, rpd int64, env string, asJSON bool, stdout, stderr io.Writer) error {
-	secret := newKeySecret(env)
-	k, err := s.CreateKey(ctx, hashKey(secret), name, planName, rpm, rpd, env)
+func keysCreate(ctx context.Context, s Store, spec keySpec, asJSON bool, stdout, stderr io.Writer) error {
+	secret := newKeySecret(spec.Env)
+	spec.Hash = hashKey(secret)
+	k, err := s.CreateKey(ctx, spec)
 	if err != nil {
 		return err
 	}
@@ -166,7 +214,12 @@ func keysCreate(ctx context.Context, s Store, planName, name string, rpm, rpd in
 		v.Key = secret
 		return json.NewEncoder(stdout).Encode(v)
 	}
-	fmt.Fprintf(stderr, "created key %d: %s plan, %d/min, %d/day, %s; the key is shown only this once\n", v.ID, v.Plan, v.RPM, v.RPD, v.Env)
+	expiry := "never expires"
+	if v.ExpiresAt != nil {
+		expiry = "expires " + v.ExpiresAt.Format(time.RFC3339)
+	}
+	fmt.Fprintf(stderr, "created key %d: %s plan, %d/min, %d/day, %s, %s scope, %s; the key is shown only this once\n",
+		v.ID, v.Plan, v.RPM, v.RPD, v.Env, v.Scope, expiry)
 	_, err = fmt.Fprintln(stdout, secret)
 	return err
 }
@@ -189,18 +242,25 @@ func keysList(ctx context.Context, s Store, asJSON bool, stdout io.Writer) error
 		return json.NewEncoder(stdout).Encode(views)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tPLAN\tPER MIN\tPER DAY\tENV\tCREATED\tSTATE")
-	now := time.Now()
+	fmt.Fprintln(tw, "ID\tNAME\tPLAN\tPER MIN\tPER DAY\tENV\tSCOPE\tCREATED\tEXPIRES\tSTATE")
+	now := clockOf(ctx)()
 	for _, k := range keys {
 		state := "active"
 		switch {
 		case k.Revoked:
 			state = "revoked"
+		case !k.usableAt(now):
+			state = "expired"
 		case k.BannedUntil.After(now):
 			state = "banned until " + k.BannedUntil.UTC().Format(time.RFC3339)
 		}
 		v := viewKey(k)
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", v.ID, v.Name, v.Plan, v.RPM, v.RPD, v.Env, v.CreatedAt.Format(time.RFC3339), state)
+		expires := "never"
+		if v.ExpiresAt != nil {
+			expires = v.ExpiresAt.Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", v.ID, v.Name, v.Plan, v.RPM, v.RPD, v.Env, v.Scope,
+			v.CreatedAt.Format(time.RFC3339), expires, state)
 	}
 	return tw.Flush()
 }

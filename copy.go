@@ -47,7 +47,8 @@ type copyTable struct {
 // references are copied before it.
 var copyTables = []copyTable{
 	{"api_keys", []copyColumn{{"id", colInt}, {"hash", colBytes}, {"name", colText}, {"plan", colText}, {"rpm", colInt}, {"rpd", colInt},
-		{"env", colText}, {"created_at", colTime}, {"revoked_at", colTime}, {"banned_until", colTime}, {"seq", colInt}}, "id"},
+		{"env", colText}, {"created_at", colTime}, {"revoked_at", colTime}, {"banned_until", colTime},
+		{"expires_at", colTime}, {"scope", colText}, {"seq", colInt}}, "id"},
 	{"usage", []copyColumn{{"key_id", colInt}, {"day", colDay}, {"count", colInt}}, "key_id, day"},
 	{"categories", []copyColumn{{"id", colInt}, {"name", colText}, {"fold", colText}, {"description", colText}}, "id"},
 	{"pets", []copyColumn{{"id", colInt}, {"name", colText}, {"category_id", colInt}, {"status", colText}}, "id"},

@@ -26,6 +26,7 @@ var errorStatus = map[string]int{
 	"invalid_json":           http.StatusBadRequest,
 	"validation_failed":      http.StatusBadRequest,
 	"unauthorized":           http.StatusUnauthorized,
+	"forbidden":              http.StatusForbidden,
 	"not_found":              http.StatusNotFound,
 	"method_not_allowed":     http.StatusMethodNotAllowed,
 	"conflict":               http.StatusConflict,

@@ -389,7 +389,7 @@ func TestBanWrittenOnceDatabaseRecovers(t *testing.T) {
 // up to the next second on its way into the database.
 func TestStoredBanEndsWhenItsRetryAfterSays(t *testing.T) {
 	s := testStore(t, filepath.Join(t.TempDir(), "b.db"), true)
-	if _, err := s.CreateKey(context.Background(), hashKey(newKeySecret("production")), "", "free", 0, 0, "production"); err != nil {
+	if _, err := s.CreateKey(context.Background(), keySpec{Hash: hashKey(newKeySecret("production")), Plan: "free", Env: "production"}); err != nil {
 		t.Fatal(err)
 	}
 	until := time.Date(2026, 11, 22, 3, 0, 0, 123456789, time.UTC)
@@ -417,7 +417,7 @@ func TestBanStormKeepsEveryBan(t *testing.T) {
 	keys := []string{key}
 	for len(keys) < n {
 		k := newKeySecret("production")
-		if _, err := s.CreateKey(context.Background(), hashKey(k), "", "enterprise", 1, 1000, "production"); err != nil {
+		if _, err := s.CreateKey(context.Background(), keySpec{Hash: hashKey(k), Plan: "enterprise", RPM: 1, RPD: 1000, Env: "production"}); err != nil {
 			t.Fatal(err)
 		}
 		keys = append(keys, k)

@@ -107,7 +107,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	metrics := newServerMetrics(limits, store)
 	metrics.limitsShared(shared)
 	metrics.logsDropped(&logs.lost)
-	keys := newKeyring(store, cfg.env, func(k *apiKey) { limits.setBan(k.ID, k.BannedUntil) })
+	keys := newKeyring(store, cfg.env, clockOf(ctx), func(k *apiKey) { limits.setBan(k.ID, k.BannedUntil) })
 	if err := keys.refresh(ctx); err != nil {
 		return err
 	}

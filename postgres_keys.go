@@ -14,15 +14,18 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-const pgKeyColumns = "id, hash, name, plan, rpm, rpd, env, created_at, revoked_at IS NOT NULL, banned_until, seq"
+const pgKeyColumns = "id, hash, name, plan, rpm, rpd, env, created_at, revoked_at IS NOT NULL, banned_until, expires_at, scope, seq"
 
 func pgScanKey(row pgx.CollectableRow) (apiKey, error) {
 	var k apiKey
 	var hash []byte
 	var rpm, rpd *int64
-	var banned *time.Time
-	if err := row.Scan(&k.ID, &hash, &k.Name, &k.Plan, &rpm, &rpd, &k.Env, &k.CreatedAt, &k.Revoked, &banned, &k.seq); err != nil {
+	var banned, expires *time.Time
+	if err := row.Scan(&k.ID, &hash, &k.Name, &k.Plan, &rpm, &rpd, &k.Env, &k.CreatedAt, &k.Revoked, &banned, &expires, &k.Scope, &k.seq); err != nil {
 		return k, err
+	}
+	if expires != nil {
+		k.ExpiresAt = expires.UTC()
 	}
 	copy(k.Hash[:], hash)
 	if rpm != nil && rpd != nil {
@@ -54,16 +57,17 @@ func (s *pgStore) keyWrite(ctx context.Context, what string, fn func(tx pgx.Tx) 
 	return err
 }
 
-func (s *pgStore) CreateKey(ctx context.Context, hash [32]byte, name, planName string, rpm, rpd int64, env string) (apiKey, error) {
-	var lim [2]any
-	if planName == "enterprise" {
-		lim = [2]any{rpm, rpd}
+func (s *pgStore) CreateKey(ctx context.Context, spec keySpec) (apiKey, error) {
+	rpm, rpd := spec.limits()
+	var expires *time.Time
+	if !spec.ExpiresAt.IsZero() {
+		expires = &spec.ExpiresAt
 	}
 	var k apiKey
 	err := s.keyWrite(ctx, "insert key", func(tx pgx.Tx) error {
-		rows, _ := tx.Query(ctx, "INSERT INTO api_keys (hash, name, plan, rpm, rpd, env, created_at, seq) "+
-			"VALUES ($1, $2, $3, $4, $5, $6, $7, "+nextSeq+") RETURNING "+pgKeyColumns,
-			hash[:], name, planName, lim[0], lim[1], env, s.now().UTC().Truncate(time.Second))
+		rows, _ := tx.Query(ctx, "INSERT INTO api_keys (hash, name, plan, rpm, rpd, env, created_at, expires_at, scope, seq) "+
+			"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, "+nextSeq+") RETURNING "+pgKeyColumns,
+			spec.Hash[:], spec.Name, spec.Plan, rpm, rpd, spec.Env, s.now().UTC().Truncate(time.Second), expires, spec.scope())
 		var err error
 		k, err = pgx.CollectExactlyOneRow(rows, pgScanKey)
 		return err

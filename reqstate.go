@@ -18,6 +18,7 @@ import (
 type reqState struct {
 	rec     recorder // the response, as logRequests watches it
 	key     *apiKey  // nil: no usable key
+	expired bool     // the key sent was one that has expired
 	pattern string
 	err     error
 }

@@ -18,16 +18,17 @@ type route struct {
 
 // apiRoutes is the route table of the API under /v1: every entry is an
 // operation of the OpenAPI document, and the other way round. requireKey
-// marks the routes that need a key.
+// marks the routes that need a key, requireWrite those that need a key
+// that may write.
 func apiRoutes(store Store, idem *idempotency, cfg serveConfig) []route {
 	return []route{
 		{"GET /v1/categories", requireKey(handleCategoryList(store, cfg.publicURL, cfg.busyTimeout))},
-		{"POST /v1/categories", requireKey(handleCategoryCreate(store, idem))},
+		{"POST /v1/categories", requireWrite(handleCategoryCreate(store, idem))},
 		{"GET /v1/pets", requireKey(handlePetList(store))},
-		{"POST /v1/pets", requireKey(handlePetCreate(store, idem))},
+		{"POST /v1/pets", requireWrite(handlePetCreate(store, idem))},
 		{"GET /v1/pets/{petId}", sunset(cfg.petsDeprecation(), time.Now, requireKey(handlePetGet(store)))},
 		{"GET /v1/store/orders", requireKey(handleOrderList(store))},
-		{"POST /v1/store/orders", requireKey(handleOrderCreate(store, idem))},
+		{"POST /v1/store/orders", requireWrite(handleOrderCreate(store, idem))},
 		{"GET /v1/openapi.json", handleOpenAPI(cfg.publicURL, cfg.env)},
 	}
 }

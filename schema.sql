@@ -22,6 +22,10 @@ CREATE TABLE api_keys (
 	banned_until TEXT,
 	-- seq grows with every change to a row, so a running server can poll for changes.
 	seq          INTEGER NOT NULL DEFAULT 0,
+	-- expires_at: when the key stops working (RFC 3339, UTC); NULL: never.
+	expires_at   TEXT,
+	-- scope: a read key may only GET and HEAD; its POST is 403.
+	scope        TEXT NOT NULL DEFAULT 'write' CHECK (scope IN ('read', 'write')),
 	CHECK (CASE plan WHEN 'enterprise' THEN rpm IS NOT NULL AND rpd IS NOT NULL
 	                 ELSE rpm IS NULL AND rpd IS NULL END)
 ) STRICT;

@@ -11,15 +11,15 @@ import (
 	"time"
 )
 
-const keyColumns = "id, hash, name, plan, rpm, rpd, env, created_at, revoked_at IS NOT NULL, banned_until, seq"
+const keyColumns = "id, hash, name, plan, rpm, rpd, env, created_at, revoked_at IS NOT NULL, banned_until, expires_at, scope, seq"
 
 func scanKey(sc interface{ Scan(...any) error }) (apiKey, error) {
 	var k apiKey
 	var hash []byte
 	var rpm, rpd sql.NullInt64
 	var created string
-	var banned sql.NullString
-	if err := sc.Scan(&k.ID, &hash, &k.Name, &k.Plan, &rpm, &rpd, &k.Env, &created, &k.Revoked, &banned, &k.seq); err != nil {
+	var banned, expires sql.NullString
+	if err := sc.Scan(&k.ID, &hash, &k.Name, &k.Plan, &rpm, &rpd, &k.Env, &created, &k.Revoked, &banned, &expires, &k.Scope, &k.seq); err != nil {
 		return k, err
 	}
 	copy(k.Hash[:], hash)
@@ -28,21 +28,29 @@ func scanKey(sc interface{ Scan(...any) error }) (apiKey, error) {
 	if banned.Valid {
 		k.BannedUntil, _ = time.Parse(time.RFC3339, banned.String)
 	}
+	if expires.Valid {
+		k.ExpiresAt, _ = time.Parse(time.RFC3339Nano, expires.String)
+	}
 	return k, nil
+}
+
+// sqliteTime is t as SQLite keeps it, or NULL for the zero time.
+func sqliteTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UTC().Format(time.RFC3339)
 }
 
 // nextSeq is the expression that stamps a changed api_keys row.
 const nextSeq = "(SELECT coalesce(max(seq), 0) + 1 FROM api_keys)"
 
-func (s *sqliteStore) CreateKey(ctx context.Context, hash [32]byte, name, planName string, rpm, rpd int64, env string) (apiKey, error) {
-	var lim [2]any
-	if planName == "enterprise" {
-		lim = [2]any{rpm, rpd}
-	}
+func (s *sqliteStore) CreateKey(ctx context.Context, spec keySpec) (apiKey, error) {
+	rpm, rpd := spec.limits()
 	created := s.now().UTC().Format(time.RFC3339)
 	row := s.w.QueryRowContext(ctx,
-		"INSERT INTO api_keys (hash, name, plan, rpm, rpd, env, created_at, seq) VALUES (?, ?, ?, ?, ?, ?, ?, "+nextSeq+") RETURNING "+keyColumns,
-		hash[:], name, planName, lim[0], lim[1], env, created)
+		"INSERT INTO api_keys (hash, name, plan, rpm, rpd, env, created_at, expires_at, scope, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, "+nextSeq+") RETURNING "+keyColumns,
+		spec.Hash[:], spec.Name, spec.Plan, rpm, rpd, spec.Env, created, sqliteTime(spec.ExpiresAt), spec.scope())
 	k, err := scanKey(row)
 	if err != nil {
 		return apiKey{}, fmt.Errorf("insert key: %w", describe(err))

@@ -67,7 +67,7 @@ type Store interface {
 
 	// CreateKey stores a new key by its hash. rpm and rpd are stored only
 	// for enterprise keys; the others take theirs from the plan table.
-	CreateKey(ctx context.Context, hash [32]byte, name, planName string, rpm, rpd int64, env string) (apiKey, error)
+	CreateKey(ctx context.Context, spec keySpec) (apiKey, error)
 	// KeysSince returns the keys changed after seq (all of them for
 	// seq < 0), revoked ones included, in ascending id order.
 	KeysSince(ctx context.Context, seq int64) ([]apiKey, error)
@@ -229,7 +229,46 @@ type apiKey struct {
 	CreatedAt   time.Time
 	Revoked     bool
 	BannedUntil time.Time // zero when not banned
+	ExpiresAt   time.Time // zero: never; refused from then on
+	Scope       string    // "write", or "read": GET and HEAD only
 	seq         int64     // grows with every change: KeysSince's cursor
+}
+
+// Key scopes (DECISIONS.md section 11).
+const (
+	scopeWrite = "write"
+	scopeRead  = "read"
+)
+
+// usableAt reports whether k, a key not revoked, is still valid at now.
+func (k *apiKey) usableAt(now time.Time) bool {
+	return k.ExpiresAt.IsZero() || now.Before(k.ExpiresAt)
+}
+
+// keySpec is a key to create: its hash and what keys create gives it.
+type keySpec struct {
+	Hash      [32]byte
+	Name      string
+	Plan      string
+	RPM, RPD  int64 // stored for enterprise only
+	Env       string
+	Scope     string    // "" is write
+	ExpiresAt time.Time // zero: never
+}
+
+// limits returns the stored rpm and rpd of spec: NULL but for enterprise.
+func (spec keySpec) limits() (rpm, rpd any) {
+	if spec.Plan == "enterprise" {
+		return spec.RPM, spec.RPD
+	}
+	return nil, nil
+}
+
+func (spec keySpec) scope() string {
+	if spec.Scope == "" {
+		return scopeWrite
+	}
+	return spec.Scope
 }
 
 // dayDelta is an increment of a key's count for a UTC day ("2006-01-02").
