@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -114,9 +115,11 @@ func (kr *keyring) refresh(ctx context.Context) error {
 	for i := range changed {
 		k := &changed[i]
 		kr.seq = max(kr.seq, k.seq)
+		k.used = new(atomic.Bool)
 		if old, ok := kr.byID[k.ID]; ok {
 			delete(kr.byHash, old.Hash)
 			delete(kr.byID, k.ID)
+			k.used = old.used // a use not written yet stays to be written
 		}
 		if k.Revoked || k.Env != kr.env {
 			continue
@@ -147,6 +150,29 @@ func (kr *keyring) watch(ctx context.Context, interval time.Duration, log *slog.
 	}
 }
 
+// takeUsed appends the ids of the keys used since the last take to dst.
+func (kr *keyring) takeUsed(dst []int64) []int64 {
+	kr.mu.RLock()
+	defer kr.mu.RUnlock()
+	for id, k := range kr.byID {
+		if k.used.Load() && k.used.Swap(false) {
+			dst = append(dst, id)
+		}
+	}
+	return dst
+}
+
+// returnUsed marks the keys of ids used again, for a write that failed.
+func (kr *keyring) returnUsed(ids []int64) {
+	kr.mu.RLock()
+	defer kr.mu.RUnlock()
+	for _, id := range ids {
+		if k := kr.byID[id]; k != nil {
+			k.used.Store(true)
+		}
+	}
+}
+
 // keyOf returns the usable key that r's Authorization header carries, or
 // nil, and whether it carried one that has expired.
 func (kr *keyring) keyOf(r *http.Request) (k *apiKey, expired bool) {
@@ -170,6 +196,9 @@ func (kr *keyring) lookup(key string) (k *apiKey, expired bool) {
 	kr.mu.RUnlock()
 	if k != nil && !k.ExpiresAt.IsZero() && !k.usableAt(kr.now()) {
 		return nil, true
+	}
+	if k != nil && !k.used.Load() { // a load, not a store, on the usual path
+		k.used.Store(true)
 	}
 	return k, false
 }

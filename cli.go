@@ -40,6 +40,7 @@ Usage:
   petstore keys create --plan free|pro|business|enterprise [--name TEXT] [--rpm N --rpd N] [--env ENV]
                        [--scope read|write] [--expires DURATION|DATE] [--json]
   petstore keys list [--json]
+  petstore keys rotate ID [--overlap DURATION] [--json]
   petstore keys revoke ID
   petstore keys unban ID
   petstore backup DEST

@@ -19,11 +19,11 @@ import (
 
 func runKeys(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("keys: want a subcommand: create, list, revoke or unban")
+		return usagef("keys: want a subcommand: create, list, rotate, revoke or unban")
 	}
 	sub, args := args[0], args[1:]
 	if sub == "-h" || sub == "-help" || sub == "--help" || sub == "help" {
-		fmt.Fprint(stdout, "usage: petstore keys create|list|revoke|unban [flags]\n"+
+		fmt.Fprint(stdout, "usage: petstore keys create|list|rotate|revoke|unban [flags]\n"+
 			"petstore keys SUBCOMMAND -h lists a subcommand's flags.\n")
 		return nil
 	}
@@ -65,6 +65,23 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 			return helpIsNoError(err)
 		}
 		return withStore(ctx, *db, false, func(s Store) error { return keysList(ctx, s, *asJSON, stdout) })
+	case "rotate":
+		overlap := fs.Duration("overlap", 24*time.Hour, "how long the old key keeps working beside the new one")
+		asJSON := fs.Bool("json", false, "print a JSON object instead of the key alone")
+		pos, err := parseFlags(fs, args, getenv, stdout, 1)
+		if err != nil {
+			return helpIsNoError(err)
+		}
+		id, err := strconv.ParseInt(pos[0], 10, 64)
+		if err != nil || id <= 0 {
+			return usagef("keys rotate: ID must be a positive integer, got %q", pos[0])
+		}
+		if *overlap < 0 {
+			return usagef("keys rotate: --overlap must not be negative, got %v", *overlap)
+		}
+		return withStore(ctx, *db, false, func(s Store) error {
+			return keysRotate(ctx, s, id, *overlap, *asJSON, stdout, stderr)
+		})
 	case "revoke", "unban":
 		pos, err := parseFlags(fs, args, getenv, stdout, 1)
 		if err != nil {
@@ -89,7 +106,7 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 			return err
 		})
 	}
-	return usagef("keys: unknown subcommand %q: want create, list, revoke or unban", sub)
+	return usagef("keys: unknown subcommand %q: want create, list, rotate, revoke or unban", sub)
 }
 
 // withStore runs do on the migrated database at path, then closes it.
@@ -188,8 +205,11 @@ type keyView struct {
 // keyListView is a key as keys list --json prints it.
 type keyListView struct {
 	keyView
-	Revoked     bool       `json:"revoked"`
-	BannedUntil *time.Time `json:"bannedUntil"`
+	Revoked       bool       `json:"revoked"`
+	BannedUntil   *time.Time `json:"bannedUntil"`
+	RequestsToday int64      `json:"requestsToday"` // its lineage's, as the servers last wrote them (each second)
+	LastUsedAt    *time.Time `json:"lastUsedAt"`    // to the minute
+	Replaces      *int64     `json:"replaces"`
 }
 
 func viewKey(k apiKey) keyView {
@@ -209,6 +229,58 @@ func keysCreate(ctx context.Context, s Store, spec keySpec, asJSON bool, stdout,
 	if err != nil {
 		return err
 	}
+	return printNewKey(k, secret, "created", asJSON, stdout, stderr)
+}
+
+// keysRotate makes the new key of id's lineage and prints it as keys
+// create does; the old key expires after overlap.
+func keysRotate(ctx context.Context, s Store, id int64, overlap time.Duration, asJSON bool, stdout, stderr io.Writer) error {
+	old, err := keyByID(ctx, s, id)
+	if err != nil {
+		return err
+	}
+	secret := newKeySecret(old.Env)
+	until := clockOf(ctx)().Add(overlap).UTC().Truncate(time.Second)
+	k, err := s.RotateKey(ctx, id, hashKey(secret), until)
+	switch {
+	case errors.Is(err, errNotFound):
+		return fmt.Errorf("keys rotate: no key with id %d", id)
+	case errors.Is(err, errRevoked):
+		return fmt.Errorf("keys rotate: key %d is revoked; create a new key instead", id)
+	case err != nil:
+		return err
+	}
+	if err := printNewKey(k, secret, fmt.Sprintf("rotated key %d into", id), asJSON, stdout, stderr); err != nil {
+		return err
+	}
+	if !asJSON {
+		ends := until
+		if !old.ExpiresAt.IsZero() && old.ExpiresAt.Before(until) {
+			ends = old.ExpiresAt
+		}
+		fmt.Fprintf(stderr, "key %d works until %s, beside the new one\n", id, ends.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// keyByID returns key id, or the error keys rotate prints for an unknown
+// one.
+func keyByID(ctx context.Context, s Store, id int64) (apiKey, error) {
+	keys, err := s.KeysSince(ctx, -1)
+	if err != nil {
+		return apiKey{}, err
+	}
+	for _, k := range keys {
+		if k.ID == id {
+			return k, nil
+		}
+	}
+	return apiKey{}, fmt.Errorf("keys rotate: no key with id %d", id)
+}
+
+// printNewKey prints a new key as keys create and keys rotate do: the
+// secret alone on stdout and what it is on stderr, or one JSON object.
+func printNewKey(k apiKey, secret, did string, asJSON bool, stdout, stderr io.Writer) error {
 	v := viewKey(k)
 	if asJSON {
 		v.Key = secret
@@ -218,9 +290,9 @@ func keysCreate(ctx context.Context, s Store, spec keySpec, asJSON bool, stdout,
 	if v.ExpiresAt != nil {
 		expiry = "expires " + v.ExpiresAt.Format(time.RFC3339)
 	}
-	fmt.Fprintf(stderr, "created key %d: %s plan, %d/min, %d/day, %s, %s scope, %s; the key is shown only this once\n",
-		v.ID, v.Plan, v.RPM, v.RPD, v.Env, v.Scope, expiry)
-	_, err = fmt.Fprintln(stdout, secret)
+	fmt.Fprintf(stderr, "%s key %d: %s plan, %d/min, %d/day, %s, %s scope, %s; the key is shown only this once\n",
+		did, v.ID, v.Plan, v.RPM, v.RPD, v.Env, v.Scope, expiry)
+	_, err := fmt.Fprintln(stdout, secret)
 	return err
 }
 
@@ -229,22 +301,33 @@ func keysList(ctx context.Context, s Store, asJSON bool, stdout io.Writer) error
 	if err != nil {
 		return err
 	}
-	if asJSON {
-		views := make([]keyListView, 0, len(keys))
-		for _, k := range keys {
-			v := keyListView{keyView: viewKey(k), Revoked: k.Revoked}
-			if !k.BannedUntil.IsZero() {
-				until := k.BannedUntil.UTC()
-				v.BannedUntil = &until
-			}
-			views = append(views, v)
+	now := clockOf(ctx)()
+	today, err := s.DayCounts(ctx, now.UTC().Format(time.DateOnly))
+	if err != nil {
+		return err
+	}
+	views := make([]keyListView, 0, len(keys))
+	for _, k := range keys {
+		v := keyListView{keyView: viewKey(k), Revoked: k.Revoked, RequestsToday: today[k.Lineage]}
+		if !k.BannedUntil.IsZero() {
+			until := k.BannedUntil.UTC()
+			v.BannedUntil = &until
 		}
+		if !k.LastUsedAt.IsZero() {
+			used := k.LastUsedAt.UTC()
+			v.LastUsedAt = &used
+		}
+		if k.Replaces != 0 {
+			v.Replaces = &k.Replaces
+		}
+		views = append(views, v)
+	}
+	if asJSON {
 		return json.NewEncoder(stdout).Encode(views)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tPLAN\tPER MIN\tPER DAY\tENV\tSCOPE\tCREATED\tEXPIRES\tSTATE")
-	now := clockOf(ctx)()
-	for _, k := range keys {
+	fmt.Fprintln(tw, "ID\tNAME\tPLAN\tPER MIN\tPER DAY\tENV\tSCOPE\tCREATED\tEXPIRES\tREPLACES\tTODAY\tLAST USED\tSTATE")
+	for i, k := range keys {
 		state := "active"
 		switch {
 		case k.Revoked:
@@ -254,13 +337,19 @@ func keysList(ctx context.Context, s Store, asJSON bool, stdout io.Writer) error
 		case k.BannedUntil.After(now):
 			state = "banned until " + k.BannedUntil.UTC().Format(time.RFC3339)
 		}
-		v := viewKey(k)
-		expires := "never"
+		v := views[i]
+		expires, replaces, used := "never", "-", "never"
 		if v.ExpiresAt != nil {
 			expires = v.ExpiresAt.Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", v.ID, v.Name, v.Plan, v.RPM, v.RPD, v.Env, v.Scope,
-			v.CreatedAt.Format(time.RFC3339), expires, state)
+		if v.Replaces != nil {
+			replaces = strconv.FormatInt(*v.Replaces, 10)
+		}
+		if v.LastUsedAt != nil {
+			used = v.LastUsedAt.Format("2006-01-02T15:04Z")
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", v.ID, v.Name, v.Plan, v.RPM, v.RPD, v.Env, v.Scope,
+			v.CreatedAt.Format(time.RFC3339), expires, replaces, v.RequestsToday, used, state)
 	}
 	return tw.Flush()
 }

@@ -156,7 +156,7 @@ func createKeyed[In creatable[Row], Row any](w http.ResponseWriter, r *http.Requ
 		return
 	}
 	defer done()
-	k := idemKey{stateOf(r).key.ID, key}
+	k := idemKey{stateOf(r).key.Lineage, key} // one scope for a lineage: a retry with the rotated key replays
 	if !idem.enter(k) {
 		writeInUse(w, r)
 		return

@@ -207,3 +207,228 @@ func TestReadKeyMayNotWrite(t *testing.T) {
 		t.Errorf("a write key's POST: %d %s", r.status, r.body)
 	}
 }
+
+// rotateKeyJSON runs keys rotate --json on id and returns the new key.
+func rotateKeyJSON(t *testing.T, db string, id int64, args ...string) keyView {
+	t.Helper()
+	out, _, err := runCLI(t, nil, append([]string{"keys", "rotate", strconv.FormatInt(id, 10), "--db", db, "--json"}, args...)...)
+	if err != nil {
+		t.Fatalf("keys rotate %d %v: %v", id, args, err)
+	}
+	var v keyView
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("keys rotate --json printed %q: %v", out, err)
+	}
+	return v
+}
+
+// TestKeysRotate: the new key is printed as keys create prints one, with
+// the old key's name, plan, scope and environment; both work during the
+// overlap, the old one not after; a chain of rotations; revoking one key of
+// a lineage revokes it alone; a revoked key cannot be rotated.
+func TestKeysRotate(t *testing.T) {
+	db := testDB(t)
+	a := createKeyJSON(t, db, "--plan", "pro", "--name", "billing", "--scope", "read")
+	start := time.Now().UTC()
+
+	out, errOut, err := runCLI(t, nil, "keys", "rotate", strconv.FormatInt(a.ID, 10), "--overlap", "1h", "--db", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bKey := strings.TrimSuffix(out, "\n")
+	if strings.Count(out, "\n") != 1 || !validKeyFormat(bKey, "production") {
+		t.Fatalf("keys rotate printed %q on stdout, want the new key alone", out)
+	}
+	if !strings.Contains(errOut, "rotated key") || strings.Contains(errOut, bKey) {
+		t.Errorf("keys rotate's stderr %q: want what happened, never the key", errOut)
+	}
+	keys := listKeysJSON(t, db)
+	var b map[string]any
+	for _, v := range keys {
+		if v["replaces"] != nil && int64(v["replaces"].(float64)) == a.ID {
+			b = v
+		}
+	}
+	if b == nil {
+		t.Fatalf("keys list shows no key that replaces %d: %v", a.ID, keys)
+	}
+	bID := int64(b["id"].(float64))
+	for _, f := range []string{"name", "plan", "scope", "env", "rpm", "rpd"} {
+		if b[f] != keys[a.ID][f] {
+			t.Errorf("the rotated key's %s is %v, the old one's %v", f, b[f], keys[a.ID][f])
+		}
+	}
+	if keys[a.ID]["replaces"] != nil || b["expiresAt"] != nil {
+		t.Errorf("the first key replaces %v, the new one expires %v; want null and null", keys[a.ID]["replaces"], b["expiresAt"])
+	}
+	aExpires, _ := time.Parse(time.RFC3339, keys[a.ID]["expiresAt"].(string))
+	if d := aExpires.Sub(start); d < time.Hour-time.Minute || d > time.Hour+time.Minute {
+		t.Errorf("after --overlap 1h the old key expires at %v, %v from now", aExpires, d)
+	}
+
+	c := rotateKeyJSON(t, db, bID) // --overlap 24h, the default; --json
+	if c.Key == "" || c.Name != "billing" || c.Plan != "pro" || c.Scope != "read" || c.Env != "production" || c.ExpiresAt != nil {
+		t.Errorf("keys rotate --json: %+v, want the new key of billing, pro, read, production, no expiry", c)
+	}
+	keys = listKeysJSON(t, db)
+	if got := keys[c.ID]["replaces"]; got == nil || int64(got.(float64)) != bID {
+		t.Errorf("the third key replaces %v, want %d", got, bID)
+	}
+
+	clock := &setClock{}
+	clock.set(start)
+	ts := startServerIn(t, clock.context(), db, c.Key)
+	for _, k := range []string{a.Key, bKey, c.Key} {
+		if r := ts.do(t, "GET", "/v1/categories", k, ""); r.status != 200 {
+			t.Errorf("during the overlaps: %d", r.status)
+		}
+	}
+	clock.set(aExpires)
+	wantError(t, ts.do(t, "GET", "/v1/categories", a.Key, ""), 401, "unauthorized")
+	for _, k := range []string{bKey, c.Key} {
+		if r := ts.do(t, "GET", "/v1/categories", k, ""); r.status != 200 {
+			t.Errorf("after the first overlap the later keys: %d", r.status)
+		}
+	}
+
+	// Revoking the middle key revokes it alone.
+	if _, _, err := runCLI(t, nil, "keys", "revoke", strconv.FormatInt(bID, 10), "--db", db); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, ts, bKey, 401)
+	if r := ts.do(t, "GET", "/v1/categories", c.Key, ""); r.status != 200 {
+		t.Errorf("after revoking the key it replaced, the newest key: %d", r.status)
+	}
+	clock.set(start.Add(48 * time.Hour))
+	if r := ts.do(t, "GET", "/v1/categories", c.Key, ""); r.status != 200 {
+		t.Errorf("the newest key, two days on: %d (it has no expiry)", r.status)
+	}
+
+	for _, tt := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{strconv.FormatInt(bID, 10)}, 1, "revoked"},
+		{[]string{"999999"}, 1, "no key with id 999999"},
+		{[]string{"x"}, 2, "positive integer"},
+		{[]string{strconv.FormatInt(c.ID, 10), "--overlap", "-1h"}, 2, "--overlap"},
+		{[]string{strconv.FormatInt(c.ID, 10), "--overlap", "soon"}, 2, "overlap"},
+		{nil, 2, "argument"},
+	} {
+		_, _, err := runCLI(t, nil, append([]string{"keys", "rotate", "--db", db}, tt.args...)...)
+		var msg bytes.Buffer
+		if code := exitCode(err, &msg); code != tt.code || strings.Count(msg.String(), "\n") != 1 || !strings.Contains(msg.String(), tt.want) {
+			t.Errorf("keys rotate %v: exit %d, %q; want %d and one line with %q", tt.args, code, msg.String(), tt.code, tt.want)
+		}
+	}
+}
+
+// TestRotatedKeysShareLimits: a key and the key rotated from it have one
+// minute bucket and one ban, on the server's limiter (in Redis too, with
+// PETSTORE_TEST_REDIS) and in the store.
+func TestRotatedKeysShareLimits(t *testing.T) {
+	db := testDB(t)
+	// 6 a minute: a token comes back every 10 s, far slower than the test.
+	a := createKeyJSON(t, db, "--plan", "enterprise", "--rpm", "6", "--rpd", "1000")
+	b := rotateKeyJSON(t, db, a.ID)
+	ts := startServerOn(t, db, b.Key, "--ban-threshold", "3")
+	for i, k := range []string{a.Key, b.Key, a.Key, b.Key, a.Key, b.Key} {
+		r := ts.do(t, "GET", "/v1/categories", k, "")
+		if r.status != 200 || r.header.Get("X-Ratelimit-Remaining") != strconv.Itoa(5-i) {
+			t.Fatalf("request %d, alternating keys: %d, remaining %q; want 200 and %d: one bucket", i+1, r.status, r.header.Get("X-Ratelimit-Remaining"), 5-i)
+		}
+	}
+	wantError(t, ts.do(t, "GET", "/v1/categories", a.Key, ""), 429, "rate_limited")
+	wantError(t, ts.do(t, "GET", "/v1/categories", b.Key, ""), 429, "rate_limited")
+	// The third refusal bans the lineage: both keys.
+	wantError(t, ts.do(t, "GET", "/v1/categories", a.Key, ""), 429, "rate_limited")
+	wantError(t, ts.do(t, "GET", "/v1/categories", b.Key, ""), 429, "key_banned")
+	wantError(t, ts.do(t, "GET", "/v1/categories", a.Key, ""), 429, "key_banned")
+
+	// The ban is written on both keys' rows; keys unban of either lifts it.
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		keys := listKeysJSON(t, db)
+		if keys[a.ID]["bannedUntil"] != nil && keys[a.ID]["bannedUntil"] == keys[b.ID]["bannedUntil"] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the ban in the store: %v and %v, want the same on both keys", keys[a.ID]["bannedUntil"], keys[b.ID]["bannedUntil"])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, _, err := runCLI(t, nil, "keys", "unban", strconv.FormatInt(b.ID, 10), "--db", db); err != nil {
+		t.Fatal(err)
+	}
+	keys := listKeysJSON(t, db)
+	if keys[a.ID]["bannedUntil"] != nil || keys[b.ID]["bannedUntil"] != nil {
+		t.Errorf("after keys unban %d: banned until %v and %v, want neither", b.ID, keys[a.ID]["bannedUntil"], keys[b.ID]["bannedUntil"])
+	}
+	deadline = time.Now().Add(2 * time.Second)
+	for {
+		r := ts.do(t, "GET", "/v1/categories", a.Key, "")
+		if r.status == 429 && decode[apiError](t, r).Code == "rate_limited" {
+			break // unbanned, and the bucket is still empty
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("2 s after unbanning the new key, the old one: %d %s", r.status, r.body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestRotatedKeysShareQuotaUsageAndIdempotency: one day quota, one usage
+// count and one Idempotency-Key scope for a lineage; keys list shows the
+// counts the server made within a second or so, and when each key was used.
+func TestRotatedKeysShareQuotaUsageAndIdempotency(t *testing.T) {
+	clearOfMidnight(t, 30*time.Second)
+	db := testDB(t)
+	a := createKeyJSON(t, db, "--plan", "enterprise", "--rpm", "100000", "--rpd", "12")
+	b := rotateKeyJSON(t, db, a.ID)
+	ts := startServerOn(t, db, b.Key)
+
+	first := ts.do(t, "POST", "/v1/categories", a.Key, `{"name":"Dog"}`, "Idempotency-Key", "rotation-1")
+	if first.status != 201 {
+		t.Fatalf("POST with the old key: %d %s", first.status, first.body)
+	}
+	retry := ts.do(t, "POST", "/v1/categories", b.Key, `{"name":"Dog"}`, "Idempotency-Key", "rotation-1")
+	if retry.header.Get("Idempotency-Replayed") != "true" || string(retry.body) != string(first.body) {
+		t.Errorf("the retry with the new key: %d %s (replayed %q), want the first answer replayed", retry.status, retry.body, retry.header.Get("Idempotency-Replayed"))
+	}
+	for i := range 10 { // 12 in all
+		k := a.Key
+		if i%2 == 1 {
+			k = b.Key
+		}
+		if r := ts.do(t, "GET", "/v1/categories", k, ""); r.status != 200 {
+			t.Fatalf("request %d: %d %s", i+3, r.status, r.body)
+		}
+	}
+	wantError(t, ts.do(t, "GET", "/v1/categories", a.Key, ""), 429, "quota_exceeded")
+	wantError(t, ts.do(t, "GET", "/v1/categories", b.Key, ""), 429, "quota_exceeded")
+
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		keys := listKeysJSON(t, db)
+		ka, kb := keys[a.ID], keys[b.ID]
+		if ka["requestsToday"] == float64(12) && kb["requestsToday"] == float64(12) && ka["lastUsedAt"] != nil && kb["lastUsedAt"] != nil {
+			for _, k := range []map[string]any{ka, kb} {
+				used, err := time.Parse(time.RFC3339, k["lastUsedAt"].(string))
+				if err != nil || used.Second() != 0 || time.Since(used) > 2*time.Minute || time.Until(used) > 0 {
+					t.Errorf("lastUsedAt %v: want this minute, to the minute", k["lastUsedAt"])
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("keys list --json: today %v and %v, last used %v and %v; want 12 for the lineage, and both used",
+				ka["requestsToday"], kb["requestsToday"], ka["lastUsedAt"], kb["lastUsedAt"])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	fresh := createKeyJSON(t, db, "--plan", "pro")
+	if got := listKeysJSON(t, db)[fresh.ID]; got["requestsToday"] != float64(0) || got["lastUsedAt"] != nil {
+		t.Errorf("an unused key: today %v, last used %v; want 0 and null", got["requestsToday"], got["lastUsedAt"])
+	}
+}

@@ -107,7 +107,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	metrics := newServerMetrics(limits, store)
 	metrics.limitsShared(shared)
 	metrics.logsDropped(&logs.lost)
-	keys := newKeyring(store, cfg.env, clockOf(ctx), func(k *apiKey) { limits.setBan(k.ID, k.BannedUntil) })
+	keys := newKeyring(store, cfg.env, clockOf(ctx), func(k *apiKey) { limits.setBan(k.Lineage, k.BannedUntil) })
 	if err := keys.refresh(ctx); err != nil {
 		return err
 	}
@@ -155,7 +155,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	if shared != nil {
 		wg.Go(func() { shared.run(bgCtx) })
 	}
-	up := &upkeep{lim: limits, store: store, bans: bans, m: metrics, log: logger, shared: isPostgresURL(cfg.db), now: time.Now}
+	up := &upkeep{lim: limits, store: store, keys: keys, bans: bans, m: metrics, log: logger, shared: isPostgresURL(cfg.db), now: time.Now}
 	wg.Go(func() { up.run(bgCtx) })
 	wg.Go(func() { idem.purge(bgCtx, logger) })
 	wg.Go(func() { logs.flushEvery(bgCtx, 100*time.Millisecond) })

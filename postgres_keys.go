@@ -14,15 +14,20 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-const pgKeyColumns = "id, hash, name, plan, rpm, rpd, env, created_at, revoked_at IS NOT NULL, banned_until, expires_at, scope, seq"
+const pgKeyColumns = "id, hash, name, plan, rpm, rpd, env, created_at, revoked_at IS NOT NULL, banned_until, expires_at, scope, " +
+	"coalesce(lineage, id), coalesce(replaces, 0), last_used_at, seq"
 
 func pgScanKey(row pgx.CollectableRow) (apiKey, error) {
 	var k apiKey
 	var hash []byte
 	var rpm, rpd *int64
-	var banned, expires *time.Time
-	if err := row.Scan(&k.ID, &hash, &k.Name, &k.Plan, &rpm, &rpd, &k.Env, &k.CreatedAt, &k.Revoked, &banned, &expires, &k.Scope, &k.seq); err != nil {
+	var banned, expires, used *time.Time
+	if err := row.Scan(&k.ID, &hash, &k.Name, &k.Plan, &rpm, &rpd, &k.Env, &k.CreatedAt, &k.Revoked, &banned, &expires, &k.Scope,
+		&k.Lineage, &k.Replaces, &used, &k.seq); err != nil {
 		return k, err
+	}
+	if used != nil {
+		k.LastUsedAt = used.UTC()
 	}
 	if expires != nil {
 		k.ExpiresAt = expires.UTC()
@@ -98,12 +103,43 @@ func (s *pgStore) KeysSince(ctx context.Context, seq int64) ([]apiKey, error) {
 	return pgRead(ctx, s, "list keys", pgScanKey, "SELECT "+pgKeyColumns+" FROM api_keys WHERE seq > $1 ORDER BY id", seq)
 }
 
+// RotateKey inserts the new key and shortens the old one's life in one
+// transaction under the keys' lock.
+func (s *pgStore) RotateKey(ctx context.Context, id int64, hash [32]byte, until time.Time) (apiKey, error) {
+	var k apiKey
+	err := s.keyWrite(ctx, fmt.Sprintf("rotate key %d", id), func(tx pgx.Tx) error {
+		var revoked bool
+		switch err := tx.QueryRow(ctx, "SELECT revoked_at IS NOT NULL FROM api_keys WHERE id = $1 FOR UPDATE", id).Scan(&revoked); {
+		case errors.Is(err, pgx.ErrNoRows):
+			return errNotFound
+		case err != nil:
+			return err
+		case revoked:
+			return errRevoked
+		}
+		rows, _ := tx.Query(ctx, `INSERT INTO api_keys (hash, name, plan, rpm, rpd, env, created_at, banned_until, scope, replaces, lineage, seq)
+			SELECT $1, name, plan, rpm, rpd, env, $2, banned_until, scope, id, coalesce(lineage, id), `+nextSeq+` FROM api_keys WHERE id = $3
+			RETURNING `+pgKeyColumns, hash[:], s.now().UTC().Truncate(time.Second), id)
+		var err error
+		if k, err = pgx.CollectExactlyOneRow(rows, pgScanKey); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, "UPDATE api_keys SET expires_at = least(coalesce(expires_at, $1), $1), seq = "+nextSeq+" WHERE id = $2", until, id)
+		return err
+	})
+	if errors.Is(err, errRevoked) {
+		return apiKey{}, errRevoked
+	}
+	return k, err
+}
+
 func (s *pgStore) RevokeKey(ctx context.Context, id int64) error {
 	return s.updateKey(ctx, id, "revoked_at = coalesce(revoked_at, $1)", s.now().UTC().Truncate(time.Second))
 }
 
 // SetKeyBan stores the ban's end rounded up to PostgreSQL's microsecond, so
-// that waiting out its Retry-After is enough after a restart too.
+// that waiting out its Retry-After is enough after a restart too, on every
+// key of the lineage.
 func (s *pgStore) SetKeyBan(ctx context.Context, id int64, until time.Time) error {
 	var v any
 	if !until.IsZero() {
@@ -113,12 +149,22 @@ func (s *pgStore) SetKeyBan(ctx context.Context, id int64, until time.Time) erro
 		}
 		v = t
 	}
-	return s.updateKey(ctx, id, "banned_until = $1", v)
+	return s.updateKey(ctx, id, "banned_until = $1", v, pgSameLineage)
 }
 
-func (s *pgStore) updateKey(ctx context.Context, id int64, set string, arg any) error {
+// pgSameLineage picks the rows of the lineage of key $2: the first key's
+// own and its rotations'.
+const pgSameLineage = "(SELECT coalesce(lineage, id) FROM api_keys WHERE id = $2) IN (id, lineage)"
+
+// updateKey sets set (its one argument $1) on the row of key id ($2), or
+// on the rows that where picks.
+func (s *pgStore) updateKey(ctx context.Context, id int64, set string, arg any, where ...string) error {
+	cond := "id = $2"
+	if len(where) > 0 {
+		cond = where[0]
+	}
 	return s.keyWrite(ctx, fmt.Sprintf("update key %d", id), func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, "UPDATE api_keys SET "+set+", seq = "+nextSeq+" WHERE id = $2", arg, id)
+		tag, err := tx.Exec(ctx, "UPDATE api_keys SET "+set+", seq = "+nextSeq+" WHERE "+cond, arg, id)
 		if err != nil {
 			return err
 		}
@@ -149,7 +195,7 @@ func (s *pgStore) DayCounts(ctx context.Context, day string) (map[int64]int64, e
 // AddDayCounts adds the deltas in one transaction, in (key, day) order:
 // instances that add to the same rows at once then lock them in the same
 // order, and never deadlock.
-func (s *pgStore) AddDayCounts(ctx context.Context, deltas []dayDelta) error {
+func (s *pgStore) AddDayCounts(ctx context.Context, deltas []dayDelta, used []int64, at time.Time) error {
 	sorted := slices.SortedFunc(slices.Values(deltas), func(a, b dayDelta) int {
 		return cmp.Or(cmp.Compare(a.KeyID, b.KeyID), cmp.Compare(a.Day, b.Day))
 	})
@@ -160,6 +206,12 @@ func (s *pgStore) AddDayCounts(ctx context.Context, deltas []dayDelta) error {
 		for _, d := range sorted {
 			b.Queue(`INSERT INTO usage (key_id, day, count) VALUES ($1, $2::text::date, $3)
 				ON CONFLICT (key_id, day) DO UPDATE SET count = usage.count + excluded.count`, d.KeyID, d.Day, d.N)
+		}
+		// One row at a time, in id order, as the counts: instances that
+		// stamp the same keys at once lock them in the same order.
+		minute := at.UTC().Truncate(time.Minute)
+		for _, id := range slices.Sorted(slices.Values(used)) {
+			b.Queue("UPDATE api_keys SET last_used_at = greatest(last_used_at, $1) WHERE id = $2", minute, id)
 		}
 		return tx.SendBatch(ctx, &b).Close()
 	})

@@ -44,7 +44,7 @@ func limitRequests(lim rateLimiter, trustProxy bool, m *serverMetrics) func(http
 			}
 			var d decision
 			if st := stateOf(r); st != nil && st.key != nil {
-				d = lim.allowKey(st.key.ID, st.key.RPM, st.key.RPD)
+				d = lim.allowKey(st.key.Lineage, st.key.RPM, st.key.RPD) // one bucket, quota and ban for a lineage
 			} else {
 				d = lim.allowAddr(clientAddr(r, trustProxy))
 			}

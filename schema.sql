@@ -26,11 +26,19 @@ CREATE TABLE api_keys (
 	expires_at   TEXT,
 	-- scope: a read key may only GET and HEAD; its POST is 403.
 	scope        TEXT NOT NULL DEFAULT 'write' CHECK (scope IN ('read', 'write')),
+	-- replaces: the key this one was rotated from (keys rotate); NULL for a new key.
+	replaces     INTEGER REFERENCES api_keys (id),
+	-- lineage: the id of the first key of its rotations, whose limits, quota, ban and
+	-- Idempotency-Key scope it shares; NULL for that first key itself.
+	lineage      INTEGER REFERENCES api_keys (id),
+	-- last_used_at: the minute of its last request, written with the day counts.
+	last_used_at TEXT,
 	CHECK (CASE plan WHEN 'enterprise' THEN rpm IS NOT NULL AND rpd IS NOT NULL
 	                 ELSE rpm IS NULL AND rpd IS NULL END)
 ) STRICT;
 
 CREATE INDEX api_keys_seq ON api_keys (seq);
+CREATE INDEX api_keys_lineage ON api_keys (lineage);
 
 -- usage counts each key's requests per UTC day, for the daily quota.
 CREATE TABLE usage (

@@ -11,16 +11,21 @@ import (
 	"time"
 )
 
-const keyColumns = "id, hash, name, plan, rpm, rpd, env, created_at, revoked_at IS NOT NULL, banned_until, expires_at, scope, seq"
+const keyColumns = "id, hash, name, plan, rpm, rpd, env, created_at, revoked_at IS NOT NULL, banned_until, expires_at, scope, " +
+	"coalesce(lineage, id), coalesce(replaces, 0), last_used_at, seq"
 
 func scanKey(sc interface{ Scan(...any) error }) (apiKey, error) {
 	var k apiKey
 	var hash []byte
 	var rpm, rpd sql.NullInt64
 	var created string
-	var banned, expires sql.NullString
-	if err := sc.Scan(&k.ID, &hash, &k.Name, &k.Plan, &rpm, &rpd, &k.Env, &created, &k.Revoked, &banned, &expires, &k.Scope, &k.seq); err != nil {
+	var banned, expires, used sql.NullString
+	if err := sc.Scan(&k.ID, &hash, &k.Name, &k.Plan, &rpm, &rpd, &k.Env, &created, &k.Revoked, &banned, &expires, &k.Scope,
+		&k.Lineage, &k.Replaces, &used, &k.seq); err != nil {
 		return k, err
+	}
+	if used.Valid {
+		k.LastUsedAt, _ = time.Parse(time.RFC3339, used.String)
 	}
 	copy(k.Hash[:], hash)
 	k.RPM, k.RPD = rpm.Int64, rpd.Int64
@@ -105,21 +110,66 @@ func (s *sqliteStore) SchemaVersion(ctx context.Context) (uint, error) {
 }
 
 func (s *sqliteStore) RevokeKey(ctx context.Context, id int64) error {
-	return s.updateKey(ctx, id, "revoked_at = coalesce(revoked_at, ?)", s.now().UTC().Format(time.RFC3339))
+	return s.updateKey(ctx, id, "revoked_at = coalesce(revoked_at, ?1)", s.now().UTC().Format(time.RFC3339))
+}
+
+// RotateKey inserts the new key and shortens the old one's life in one
+// transaction on the one writer connection.
+func (s *sqliteStore) RotateKey(ctx context.Context, id int64, hash [32]byte, until time.Time) (apiKey, error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return apiKey{}, fmt.Errorf("rotate key %d: %w", id, describe(err))
+	}
+	defer tx.Rollback()
+	var revoked bool
+	switch err := tx.QueryRowContext(ctx, "SELECT revoked_at IS NOT NULL FROM api_keys WHERE id = ?", id).Scan(&revoked); {
+	case errors.Is(err, sql.ErrNoRows):
+		return apiKey{}, errNotFound
+	case err != nil:
+		return apiKey{}, fmt.Errorf("rotate key %d: %w", id, describe(err))
+	case revoked:
+		return apiKey{}, errRevoked
+	}
+	row := tx.QueryRowContext(ctx, `INSERT INTO api_keys (hash, name, plan, rpm, rpd, env, created_at, banned_until, scope, replaces, lineage, seq)
+		SELECT ?, name, plan, rpm, rpd, env, ?, banned_until, scope, id, coalesce(lineage, id), `+nextSeq+` FROM api_keys WHERE id = ?
+		RETURNING `+keyColumns, hash[:], s.now().UTC().Format(time.RFC3339), id)
+	k, err := scanKey(row)
+	if err == nil {
+		_, err = tx.ExecContext(ctx, "UPDATE api_keys SET expires_at = min(coalesce(expires_at, ?1), ?1), seq = "+nextSeq+" WHERE id = ?2",
+			sqliteTime(until), id)
+	}
+	if err == nil {
+		err = tx.Commit()
+	}
+	if err != nil {
+		return apiKey{}, fmt.Errorf("rotate key %d: %w", id, describe(err))
+	}
+	return k, nil
 }
 
 // SetKeyBan stores the ban's end to the nanosecond (RFC 3339), so that
-// waiting out its Retry-After is enough after a restart too.
+// waiting out its Retry-After is enough after a restart too, on every key
+// of the lineage.
 func (s *sqliteStore) SetKeyBan(ctx context.Context, id int64, until time.Time) error {
 	var v any
 	if !until.IsZero() {
 		v = until.UTC().Format(time.RFC3339Nano)
 	}
-	return s.updateKey(ctx, id, "banned_until = ?", v)
+	return s.updateKey(ctx, id, "banned_until = ?1", v, sameLineage)
 }
 
-func (s *sqliteStore) updateKey(ctx context.Context, id int64, set string, arg any) error {
-	res, err := s.w.ExecContext(ctx, "UPDATE api_keys SET "+set+", seq = "+nextSeq+" WHERE id = ?", arg, id)
+// sameLineage picks the rows of the lineage of key ?2: the first key's own
+// and its rotations'.
+const sameLineage = "(SELECT coalesce(lineage, id) FROM api_keys WHERE id = ?2) IN (id, lineage)"
+
+// updateKey sets set (its one argument ?1) on the row of key id (?2), or
+// on the rows that where picks.
+func (s *sqliteStore) updateKey(ctx context.Context, id int64, set string, arg any, where ...string) error {
+	cond := "id = ?2"
+	if len(where) > 0 {
+		cond = where[0]
+	}
+	res, err := s.w.ExecContext(ctx, "UPDATE api_keys SET "+set+", seq = "+nextSeq+" WHERE "+cond, arg, id)
 	if err != nil {
 		return fmt.Errorf("update key %d: %w", id, describe(err))
 	}
@@ -151,8 +201,9 @@ func (s *sqliteStore) DayCounts(ctx context.Context, day string) (map[int64]int6
 	return counts, nil
 }
 
-// AddDayCounts writes all deltas in one transaction.
-func (s *sqliteStore) AddDayCounts(ctx context.Context, deltas []dayDelta) error {
+// AddDayCounts writes all deltas, and the last use of the keys used, in
+// one transaction.
+func (s *sqliteStore) AddDayCounts(ctx context.Context, deltas []dayDelta, used []int64, at time.Time) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("add day counts: %w", describe(err))
@@ -167,6 +218,13 @@ func (s *sqliteStore) AddDayCounts(ctx context.Context, deltas []dayDelta) error
 	for _, d := range deltas {
 		if _, err := stmt.ExecContext(ctx, d.KeyID, d.Day, d.N); err != nil {
 			return fmt.Errorf("add day counts: %w", describe(err))
+		}
+	}
+	minute := at.UTC().Truncate(time.Minute).Format(time.RFC3339)
+	for _, id := range used {
+		// RFC 3339 in UTC sorts as text: max keeps the later minute.
+		if _, err := tx.ExecContext(ctx, "UPDATE api_keys SET last_used_at = max(coalesce(last_used_at, ?1), ?1) WHERE id = ?2", minute, id); err != nil {
+			return fmt.Errorf("write last use: %w", describe(err))
 		}
 	}
 	if err := tx.Commit(); err != nil {

@@ -11,12 +11,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
 var (
 	errNotFound    = errors.New("not found")
 	errConflict    = errors.New("conflict")
+	errRevoked     = errors.New("revoked")
 	errNoReference = errors.New("referenced row does not exist")
 	errUnavailable = errors.New("database unavailable")
 	// errIdemExists: a create's Idempotency-Key has an answer stored
@@ -78,9 +80,15 @@ type Store interface {
 	// RevokeKey revokes key id for good; an unknown id is errNotFound.
 	// Revoking a revoked key changes nothing and is no error.
 	RevokeKey(ctx context.Context, id int64) error
-	// SetKeyBan bans key id until the given time; the zero time lifts a
-	// ban. An unknown id is errNotFound.
+	// SetKeyBan bans the lineage of key id until the given time, on the
+	// row of every key in it; the zero time lifts a ban. An unknown id is
+	// errNotFound.
 	SetKeyBan(ctx context.Context, id int64, until time.Time) error
+	// RotateKey stores a new key by its hash with the name, plan, limits,
+	// environment, scope and ban of key id, in id's lineage and replacing
+	// it, and makes id expire at until (or at its own expiry, when that
+	// is sooner). An unknown id is errNotFound, a revoked one errRevoked.
+	RotateKey(ctx context.Context, id int64, hash [32]byte, until time.Time) (apiKey, error)
 
 	// BeginIdempotent is the start of a keyed create, on a store that
 	// several instances share: it returns the answer stored for r's key
@@ -105,8 +113,8 @@ type Store interface {
 	// key id.
 	DayCounts(ctx context.Context, day string) (map[int64]int64, error)
 	// AddDayCounts adds each delta to its key's stored count of its day,
-	// all or none.
-	AddDayCounts(ctx context.Context, deltas []dayDelta) error
+	// all or none, and stamps the keys used with the minute of at.
+	AddDayCounts(ctx context.Context, deltas []dayDelta, used []int64, at time.Time) error
 
 	// SchemaVersion returns the version of the database's schema.
 	SchemaVersion(ctx context.Context) (uint, error)
@@ -231,7 +239,15 @@ type apiKey struct {
 	BannedUntil time.Time // zero when not banned
 	ExpiresAt   time.Time // zero: never; refused from then on
 	Scope       string    // "write", or "read": GET and HEAD only
+	Lineage     int64     // the id of the first key its rotations started from (its own, for that key)
+	Replaces    int64     // the key it was rotated from; 0: none
+	LastUsedAt  time.Time // the minute of its last request as last written; zero: never
 	seq         int64     // grows with every change: KeysSince's cursor
+
+	// used is set by the requests that carry the key and taken by the
+	// upkeep, which writes LastUsedAt with the day counts. The keyring
+	// hands it from a key's old record to its new one.
+	used *atomic.Bool
 }
 
 // Key scopes (DECISIONS.md section 11).

@@ -18,6 +18,7 @@ const sweepEvery = 10
 type upkeep struct {
 	lim   rateLimiter
 	store Store
+	keys  *keyring // whose used keys get their last use written with the counts
 	bans  *banQueue
 	m     *serverMetrics
 	log   *slog.Logger
@@ -27,6 +28,7 @@ type upkeep struct {
 	now    func() time.Time
 
 	deltas    []dayDelta // reused from one flush to the next
+	used      []int64    // likewise
 	fresh     []keyBan   // reused from one take of the queue to the next
 	unwritten []keyBan   // bans whose write failed, oldest first
 }
@@ -60,16 +62,24 @@ func (u *upkeep) run(ctx context.Context) {
 	}
 }
 
-// flush writes the day counts counted since the last flush; on failure the
-// limiter takes them back for the next one.
+// flush writes the day counts counted since the last flush, and the last
+// use of the keys used meanwhile (to the minute); on failure they are
+// taken back for the next one.
 func (u *upkeep) flush(ctx context.Context) {
 	u.deltas = u.lim.takeDayDeltas(u.deltas[:0])
-	if len(u.deltas) == 0 {
+	u.used = u.used[:0]
+	if u.keys != nil {
+		u.used = u.keys.takeUsed(u.used)
+	}
+	if len(u.deltas) == 0 && len(u.used) == 0 {
 		return
 	}
-	if err := u.store.AddDayCounts(ctx, u.deltas); err != nil {
+	if err := u.store.AddDayCounts(ctx, u.deltas, u.used, u.now()); err != nil {
 		u.m.dbErrors.Inc()
 		u.lim.returnDayDeltas(u.deltas)
+		if u.keys != nil {
+			u.keys.returnUsed(u.used)
+		}
 		u.log.Error("write day counts; will retry", "err", err)
 	}
 }
