@@ -48,7 +48,8 @@ type copyTable struct {
 var copyTables = []copyTable{
 	{"api_keys", []copyColumn{{"id", colInt}, {"hash", colBytes}, {"name", colText}, {"plan", colText}, {"rpm", colInt}, {"rpd", colInt},
 		{"env", colText}, {"created_at", colTime}, {"revoked_at", colTime}, {"banned_until", colTime},
-		{"expires_at", colTime}, {"scope", colText}, {"seq", colInt}}, "id"},
+		{"expires_at", colTime}, {"scope", colText}, {"replaces", colInt}, {"lineage", colInt}, {"last_used_at", colTime},
+		{"seq", colInt}}, "id"},
 	{"usage", []copyColumn{{"key_id", colInt}, {"day", colDay}, {"count", colInt}}, "key_id, day"},
 	{"categories", []copyColumn{{"id", colInt}, {"name", colText}, {"fold", colText}, {"description", colText}}, "id"},
 	{"pets", []copyColumn{{"id", colInt}, {"name", colText}, {"category_id", colInt}, {"status", colText}}, "id"},

@@ -33,6 +33,12 @@ func TestCopyBothWays(t *testing.T) {
 	if _, _, err := runCLI(t, nil, "keys", "revoke", "3", "--db", first); err != nil {
 		t.Fatal(err)
 	}
+	// A read key that expires, rotated: its lineage, scope, expiry and the
+	// key it replaces must survive the copy.
+	createKey(t, first, "--plan", "pro", "--scope", "read", "--expires", "2099-01-01")
+	if _, _, err := runCLI(t, nil, "keys", "rotate", "4", "--db", first); err != nil {
+		t.Fatal(err)
+	}
 	args := []string{"--ban-threshold", "1", "--ban-duration", "15m"}
 	ts := startServerOn(t, first, key, args...)
 	for i := range 5 {
@@ -61,7 +67,7 @@ func TestCopyBothWays(t *testing.T) {
 		if err != nil {
 			t.Fatalf("copy %s to %s: %v\n%s%s", hop.from, hop.to, err, out, errOut)
 		}
-		for _, line := range []string{"categories: 5 rows", "pets: 5 rows", "orders: 5 rows", "api_keys: 3 rows", "usage: 2 rows"} {
+		for _, line := range []string{"categories: 5 rows", "pets: 5 rows", "orders: 5 rows", "api_keys: 5 rows", "usage: 2 rows"} {
 			if !strings.Contains(out, line) {
 				t.Errorf("copy printed %q, want a line %q", out, line)
 			}
@@ -69,6 +75,18 @@ func TestCopyBothWays(t *testing.T) {
 		got, err := openTestStore(t, hop.to).DayCounts(context.Background(), today)
 		if err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("day counts in %s: %v (%v), want %v", hop.to, got, err, want)
+		}
+		if from, to := keysOf(t, hop.from), keysOf(t, hop.to); !reflect.DeepEqual(from, to) {
+			for i := range min(len(from), len(to)) {
+				if !reflect.DeepEqual(from[i], to[i]) {
+					t.Errorf("key %d in %s:\n%+v\nwant\n%+v", from[i].ID, hop.to, to[i], from[i])
+				}
+			}
+			if len(from) != len(to) {
+				t.Errorf("keys in %s: %d, want %d", hop.to, len(to), len(from))
+			}
+		} else if k := to[4]; k.Lineage != 4 || k.Replaces != 4 || k.Scope != "read" || to[3].ExpiresAt.IsZero() || to[0].LastUsedAt.IsZero() {
+			t.Errorf("keys in %s: %+v: the rotated key's lineage, scope and replaces, or an expiry, or a last use, are lost", hop.to, to)
 		}
 		copied := startServerOn(t, hop.to, key, args...)
 		gc, gp, gorders := catalogOf(t, copied, key)
@@ -99,6 +117,22 @@ func TestCopyBothWays(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "already holds rows") {
 		t.Errorf("copy to a filled database: %v, want a refusal", err)
 	}
+}
+
+// keysOf returns the keys of the database db, without what a copy does not
+// keep as it is (seq, and a ban's nanoseconds).
+func keysOf(t *testing.T, db string) []apiKey {
+	t.Helper()
+	keys, err := openTestStore(t, db).KeysSince(context.Background(), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range keys {
+		keys[i].seq = 0
+		// PostgreSQL keeps a ban's end to the microsecond.
+		keys[i].BannedUntil = keys[i].BannedUntil.Truncate(time.Microsecond)
+	}
+	return keys
 }
 
 // lyingCounts is a copy source whose pets count is one more than it holds,
