@@ -83,7 +83,8 @@ func bearerToken(h string) (string, bool) {
 
 // keyring is the server's in-memory view of the usable keys of its
 // environment, by hash. refresh picks up what the keys commands change and
-// hands every changed key to onChange.
+// hands every key whose ban changed (a new key: whose ban is set) to
+// onChange.
 type keyring struct {
 	store    Store
 	env      string
@@ -116,10 +117,12 @@ func (kr *keyring) refresh(ctx context.Context) error {
 		k := &changed[i]
 		kr.seq = max(kr.seq, k.seq)
 		k.used = new(atomic.Bool)
+		var banned time.Time // as this keyring knew the key: zero for a key new to it
 		if old, ok := kr.byID[k.ID]; ok {
 			delete(kr.byHash, old.Hash)
 			delete(kr.byID, k.ID)
 			k.used = old.used // a use not written yet stays to be written
+			banned = old.BannedUntil
 		}
 		if k.Revoked || k.Env != kr.env {
 			continue
@@ -127,7 +130,11 @@ func (kr *keyring) refresh(ctx context.Context) error {
 		k.RPM, k.RPD = planLimits(k.Plan, k.RPM, k.RPD)
 		kr.byHash[k.Hash] = k
 		kr.byID[k.ID] = k
-		if kr.onChange != nil {
+		// Only a ban that changed goes to the limiter. A row that changed
+		// for another reason (a rotation shortened its life, or made it,
+		// without a ban the limiter imposed a moment ago and the upkeep
+		// has yet to write) must not lift the lineage's ban.
+		if kr.onChange != nil && !k.BannedUntil.Equal(banned) {
 			kr.onChange(k)
 		}
 	}

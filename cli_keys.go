@@ -258,7 +258,11 @@ func keysRotate(ctx context.Context, s Store, id int64, overlap time.Duration, a
 		if !old.ExpiresAt.IsZero() && old.ExpiresAt.Before(until) {
 			ends = old.ExpiresAt
 		}
-		fmt.Fprintf(stderr, "key %d works until %s, beside the new one\n", id, ends.UTC().Format(time.RFC3339))
+		if ends.After(clockOf(ctx)()) {
+			fmt.Fprintf(stderr, "key %d works until %s, beside the new one\n", id, ends.UTC().Format(time.RFC3339))
+		} else {
+			fmt.Fprintf(stderr, "key %d expired at %s; the new key takes over its lineage\n", id, ends.UTC().Format(time.RFC3339))
+		}
 	}
 	return nil
 }

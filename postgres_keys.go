@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -164,6 +165,14 @@ func (s *pgStore) updateKey(ctx context.Context, id int64, set string, arg any, 
 		cond = where[0]
 	}
 	return s.keyWrite(ctx, fmt.Sprintf("update key %d", id), func(tx pgx.Tx) error {
+		if len(where) > 0 {
+			// Several rows: lock them in id order first, as AddDayCounts
+			// stamps them, so that the two never deadlock (an UPDATE would
+			// lock them in the table's physical order).
+			if _, err := tx.Exec(ctx, "SELECT id FROM api_keys WHERE "+strings.ReplaceAll(cond, "$2", "$1")+" ORDER BY id FOR UPDATE", id); err != nil {
+				return err
+			}
+		}
 		tag, err := tx.Exec(ctx, "UPDATE api_keys SET "+set+", seq = "+nextSeq+" WHERE "+cond, arg, id)
 		if err != nil {
 			return err
@@ -207,11 +216,13 @@ func (s *pgStore) AddDayCounts(ctx context.Context, deltas []dayDelta, used []in
 			b.Queue(`INSERT INTO usage (key_id, day, count) VALUES ($1, $2::text::date, $3)
 				ON CONFLICT (key_id, day) DO UPDATE SET count = usage.count + excluded.count`, d.KeyID, d.Day, d.N)
 		}
-		// One row at a time, in id order, as the counts: instances that
-		// stamp the same keys at once lock them in the same order.
+		// One row at a time, in id order, as the counts (and SetKeyBan):
+		// instances that stamp the same keys at once lock them in the same
+		// order. A row is written only when its minute moves on: once a
+		// minute per key, not once a second.
 		minute := at.UTC().Truncate(time.Minute)
 		for _, id := range slices.Sorted(slices.Values(used)) {
-			b.Queue("UPDATE api_keys SET last_used_at = greatest(last_used_at, $1) WHERE id = $2", minute, id)
+			b.Queue("UPDATE api_keys SET last_used_at = $1 WHERE id = $2 AND (last_used_at IS NULL OR last_used_at < $1)", minute, id)
 		}
 		return tx.SendBatch(ctx, &b).Close()
 	})

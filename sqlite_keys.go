@@ -222,8 +222,9 @@ func (s *sqliteStore) AddDayCounts(ctx context.Context, deltas []dayDelta, used 
 	}
 	minute := at.UTC().Truncate(time.Minute).Format(time.RFC3339)
 	for _, id := range used {
-		// RFC 3339 in UTC sorts as text: max keeps the later minute.
-		if _, err := tx.ExecContext(ctx, "UPDATE api_keys SET last_used_at = max(coalesce(last_used_at, ?1), ?1) WHERE id = ?2", minute, id); err != nil {
+		// RFC 3339 in UTC sorts as text. A row is written only when its
+		// minute moves on.
+		if _, err := tx.ExecContext(ctx, "UPDATE api_keys SET last_used_at = ?1 WHERE id = ?2 AND (last_used_at IS NULL OR last_used_at < ?1)", minute, id); err != nil {
 			return fmt.Errorf("write last use: %w", describe(err))
 		}
 	}
