@@ -492,3 +492,38 @@ func TestRotationKeepsABanNotYetWritten(t *testing.T) {
 		t.Errorf("keys unban of a stored ban: the limiter still bans until %v", got)
 	}
 }
+
+// TestRotatedKeysShareAFreeMinute is the issue's own case: 60 requests of a
+// free key's minute split over the key and its rotation, then 429 on both.
+// The bucket refills one token a second, so a slow run may see a few more
+// 200s; two buckets would give 60 more.
+func TestRotatedKeysShareAFreeMinute(t *testing.T) {
+	db := testDB(t)
+	a := createKeyJSON(t, db, "--plan", "free")
+	b := rotateKeyJSON(t, db, a.ID)
+	ts := startServerOn(t, db, b.Key)
+	keys := []string{a.Key, b.Key}
+	start := time.Now()
+	for i := range 60 {
+		if r := ts.do(t, "GET", "/v1/categories", keys[i%2], ""); r.status != 200 {
+			t.Fatalf("request %d of 60: %d %s", i+1, r.status, r.body)
+		}
+	}
+	extra, refused := 0, [2]bool{}
+	for i := 0; i < 20 && !(refused[0] && refused[1]); i++ {
+		r := ts.do(t, "GET", "/v1/categories", keys[i%2], "")
+		switch r.status {
+		case 200:
+			extra++
+		case 429:
+			refused[i%2] = true
+		default:
+			t.Fatalf("after 60: %d %s", r.status, r.body)
+		}
+	}
+	refill := int(time.Since(start)/time.Second) + 1
+	if !refused[0] || !refused[1] || extra > refill {
+		t.Errorf("after 60 requests over both keys: %d more allowed in %v (refill allows %d), 429 for the old key %v, for the new %v; want one bucket",
+			extra, time.Since(start).Round(time.Millisecond), refill, refused[0], refused[1])
+	}
+}
