@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -150,30 +149,27 @@ func (s *pgStore) SetKeyBan(ctx context.Context, id int64, until time.Time) erro
 		}
 		v = t
 	}
-	return s.updateKey(ctx, id, "banned_until = $1", v, pgSameLineage)
+	return s.keyWrite(ctx, fmt.Sprintf("ban key %d", id), func(tx pgx.Tx) error {
+		// The lineage's rows are locked in id order first, as AddDayCounts
+		// stamps them, so that the two never deadlock (an UPDATE alone
+		// would lock them in the table's physical order).
+		rows, _ := tx.Query(ctx, `SELECT id FROM api_keys
+			WHERE (SELECT coalesce(lineage, id) FROM api_keys WHERE id = $1) IN (id, lineage) ORDER BY id FOR UPDATE`, id)
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			return errNotFound
+		}
+		_, err = tx.Exec(ctx, "UPDATE api_keys SET banned_until = $1, seq = "+nextSeq+" WHERE id = ANY($2)", v, ids)
+		return err
+	})
 }
 
-// pgSameLineage picks the rows of the lineage of key $2: the first key's
-// own and its rotations'.
-const pgSameLineage = "(SELECT coalesce(lineage, id) FROM api_keys WHERE id = $2) IN (id, lineage)"
-
-// updateKey sets set (its one argument $1) on the row of key id ($2), or
-// on the rows that where picks.
-func (s *pgStore) updateKey(ctx context.Context, id int64, set string, arg any, where ...string) error {
-	cond := "id = $2"
-	if len(where) > 0 {
-		cond = where[0]
-	}
+func (s *pgStore) updateKey(ctx context.Context, id int64, set string, arg any) error {
 	return s.keyWrite(ctx, fmt.Sprintf("update key %d", id), func(tx pgx.Tx) error {
-		if len(where) > 0 {
-			// Several rows: lock them in id order first, as AddDayCounts
-			// stamps them, so that the two never deadlock (an UPDATE would
-			// lock them in the table's physical order).
-			if _, err := tx.Exec(ctx, "SELECT id FROM api_keys WHERE "+strings.ReplaceAll(cond, "$2", "$1")+" ORDER BY id FOR UPDATE", id); err != nil {
-				return err
-			}
-		}
-		tag, err := tx.Exec(ctx, "UPDATE api_keys SET "+set+", seq = "+nextSeq+" WHERE "+cond, arg, id)
+		tag, err := tx.Exec(ctx, "UPDATE api_keys SET "+set+", seq = "+nextSeq+" WHERE id = $2", arg, id)
 		if err != nil {
 			return err
 		}

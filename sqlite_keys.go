@@ -110,7 +110,7 @@ func (s *sqliteStore) SchemaVersion(ctx context.Context) (uint, error) {
 }
 
 func (s *sqliteStore) RevokeKey(ctx context.Context, id int64) error {
-	return s.updateKey(ctx, id, "revoked_at = coalesce(revoked_at, ?1)", s.now().UTC().Format(time.RFC3339))
+	return s.updateKey(ctx, id, "revoked_at = coalesce(revoked_at, ?1)", s.now().UTC().Format(time.RFC3339), "id = ?2")
 }
 
 // RotateKey inserts the new key and shortens the old one's life in one
@@ -155,21 +155,14 @@ func (s *sqliteStore) SetKeyBan(ctx context.Context, id int64, until time.Time) 
 	if !until.IsZero() {
 		v = until.UTC().Format(time.RFC3339Nano)
 	}
-	return s.updateKey(ctx, id, "banned_until = ?1", v, sameLineage)
+	// The rows of the lineage of id: its first key's own and its rotations'.
+	return s.updateKey(ctx, id, "banned_until = ?1", v, "(SELECT coalesce(lineage, id) FROM api_keys WHERE id = ?2) IN (id, lineage)")
 }
 
-// sameLineage picks the rows of the lineage of key ?2: the first key's own
-// and its rotations'.
-const sameLineage = "(SELECT coalesce(lineage, id) FROM api_keys WHERE id = ?2) IN (id, lineage)"
-
-// updateKey sets set (its one argument ?1) on the row of key id (?2), or
-// on the rows that where picks.
-func (s *sqliteStore) updateKey(ctx context.Context, id int64, set string, arg any, where ...string) error {
-	cond := "id = ?2"
-	if len(where) > 0 {
-		cond = where[0]
-	}
-	res, err := s.w.ExecContext(ctx, "UPDATE api_keys SET "+set+", seq = "+nextSeq+" WHERE "+cond, arg, id)
+// updateKey sets set (its one argument ?1) on the rows that where (its
+// argument ?2, the key's id) picks.
+func (s *sqliteStore) updateKey(ctx context.Context, id int64, set string, arg any, where string) error {
+	res, err := s.w.ExecContext(ctx, "UPDATE api_keys SET "+set+", seq = "+nextSeq+" WHERE "+where, arg, id)
 	if err != nil {
 		return fmt.Errorf("update key %d: %w", id, describe(err))
 	}

@@ -67,19 +67,14 @@ func (u *upkeep) run(ctx context.Context) {
 // taken back for the next one.
 func (u *upkeep) flush(ctx context.Context) {
 	u.deltas = u.lim.takeDayDeltas(u.deltas[:0])
-	u.used = u.used[:0]
-	if u.keys != nil {
-		u.used = u.keys.takeUsed(u.used)
-	}
+	u.used = u.keys.takeUsed(u.used[:0])
 	if len(u.deltas) == 0 && len(u.used) == 0 {
 		return
 	}
 	if err := u.store.AddDayCounts(ctx, u.deltas, u.used, u.now()); err != nil {
 		u.m.dbErrors.Inc()
 		u.lim.returnDayDeltas(u.deltas)
-		if u.keys != nil {
-			u.keys.returnUsed(u.used)
-		}
+		u.keys.returnUsed(u.used)
 		u.log.Error("write day counts; will retry", "err", err)
 	}
 }
