@@ -5,10 +5,10 @@
 package main
 
 import (
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"path"
 	"runtime/debug"
@@ -93,11 +93,27 @@ func withRequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get("X-Request-Id")
 		if !saneRequestID(id) {
-			id = rand.Text()
+			id = newRequestID()
 		}
-		w.Header().Set("X-Request-Id", id)
+		w.Header()["X-Request-Id"] = []string{id}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// newRequestID returns 26 characters of the base32 alphabet (A-Z, 2-7),
+// 128 random bits, as crypto/rand.Text does, but from math/rand/v2's
+// generator (a ChaCha8 state per thread, randomly seeded): an id must be
+// unique, not unpredictable, and this one costs a tenth.
+func newRequestID() string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+	var b [26]byte
+	hi, lo := rand.Uint64(), rand.Uint64()
+	for i := range b {
+		b[i] = alphabet[lo&31]
+		lo = lo>>5 | hi<<59
+		hi >>= 5
+	}
+	return string(b[:])
 }
 
 // saneRequestID accepts 1 to 128 characters of letters, digits and "-_.:",

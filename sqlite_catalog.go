@@ -65,6 +65,8 @@ func (s *sqliteStore) CategoriesGen(context.Context) (uint64, error) {
 	return s.categoriesGen.Load(), nil
 }
 
+func (s *sqliteStore) localCategoriesGen() uint64 { return s.categoriesGen.Load() }
+
 func (s *sqliteStore) EachCategoryAfter(ctx context.Context, afterID int64, limit int, fn func(Category) error) error {
 	return each(ctx, s.r, "list categories", scanCategory, fn,
 		categoriesAfter, afterID, limit)
