@@ -32,7 +32,7 @@ const usageText = `petstore: the pet store API server
 Usage:
   petstore serve [--db PATH|URL] [--db-max-conns N] [--addr HOST:PORT] [--admin-addr HOST:PORT] [--env production|staging]
                  [--public-url URL] [--trust-proxy] [--anon-rpm N] [--max-addrs N]
-                 [--ban-threshold N] [--ban-duration D] [--idempotency-ttl D]
+                 [--ban-threshold N] [--ban-duration D] [--ban-hold D] [--idempotency-ttl D]
                  [--redis URL] [--redis-timeout D] [--redis-prefix TEXT] [--cors-origins LIST]
                  [--pets-deprecated-at DATE] [--pets-sunset-at DATE] [--busy-timeout D] [--shutdown-timeout D]
                  [--read-header-timeout D] [--read-timeout D] [--write-timeout D] [--idle-timeout D]
@@ -206,6 +206,7 @@ type serveConfig struct {
 	maxAddrs         int
 	banThreshold     int64
 	banDuration      time.Duration
+	banHold          time.Duration
 	petsDeprecatedAt time.Time
 	petsSunsetAt     time.Time
 	redis            string // a redis:// URL, or empty for in-process limits only
@@ -250,6 +251,8 @@ func (cfg *serveConfig) validate() error {
 		return usagef("--ban-threshold must be at least 1, got %d", cfg.banThreshold)
 	case cfg.banDuration < time.Second:
 		return usagef("--ban-duration must be at least 1s, got %v", cfg.banDuration)
+	case cfg.banHold < 0 || cfg.banHold > maxBanHold:
+		return usagef("--ban-hold must be 0 to %v, got %v", maxBanHold, cfg.banHold)
 	case cfg.logFormat != "text" && cfg.logFormat != "json":
 		return usagef("--log-format must be text or json, got %q", cfg.logFormat)
 	case cfg.shutdownTimeout < 0:
@@ -313,6 +316,7 @@ func parseServe(args []string, getenv func(string) string, stdout io.Writer) (se
 	fs.IntVar(&cfg.maxAddrs, "max-addrs", 100_000, "client addresses whose rate limits are tracked at most")
 	fs.Int64Var(&cfg.banThreshold, "ban-threshold", 60, "refused requests within a minute that get a key banned")
 	fs.DurationVar(&cfg.banDuration, "ban-duration", 15*time.Minute, "how long a ban lasts")
+	fs.DurationVar(&cfg.banHold, "ban-hold", defaultBanHold, "how long a banned key's request waits for its 429, so that a client looping on it sends few; 0: none")
 	cfg.petsDeprecatedAt = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	cfg.petsSunsetAt = time.Date(2027, 7, 1, 0, 0, 0, 0, time.UTC)
 	fs.Var((*dateFlag)(&cfg.petsDeprecatedAt), "pets-deprecated-at", "when GET /v1/pets/{petId} was deprecated: YYYY-MM-DD (00:00 UTC) or RFC 3339")

@@ -8,6 +8,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,10 @@ type logWriter struct {
 	wmu  sync.Mutex // serializes writes to w
 	w    io.Writer
 	full chan struct{} // wakes flushEvery early; nil when nothing runs it
+
+	// beforeFlush, when set before flushEvery starts, runs before each of
+	// its flushes, final on the last one: the request log's refusal count.
+	beforeFlush func(now time.Time, final bool)
 }
 
 const (
@@ -116,6 +121,9 @@ func (l *logWriter) flushEvery(ctx context.Context, interval time.Duration) {
 	for {
 		select {
 		case <-ctx.Done():
+			if l.beforeFlush != nil {
+				l.beforeFlush(time.Now(), true)
+			}
 			l.Flush()
 			return
 		case <-t.C:
@@ -123,6 +131,9 @@ func (l *logWriter) flushEvery(ctx context.Context, interval time.Duration) {
 			if l.failing.Load() {
 				continue // a failing output is retried every interval, not on every line
 			}
+		}
+		if l.beforeFlush != nil {
+			l.beforeFlush(time.Now(), false)
 		}
 		l.Flush()
 	}
@@ -146,7 +157,22 @@ type requestLog struct {
 	json  bool
 	level slog.Level // the least level written
 	out   *logWriter
+
+	// Under out.mu: the time of the last line, formatted to the second
+	// and its zone, as formatting a time is a microsecond a line.
+	stamp stampCache
+	// Under out.mu: the refused requests (429) of second refSec, logged
+	// and left out (refusalSampling).
+	refSec              int64
+	refLogged, refShort int64
 }
+
+// refusedLinesPerSecond is how many refused requests (429) a second are
+// logged in full. The rest are counted, and one line says how many were
+// left out, after the second ends: a key flooding tens of thousands of
+// requests a second would otherwise write gigabytes of the same line an
+// hour. The metrics count every refusal, by reason.
+const refusedLinesPerSecond = 100
 
 func newRequestLog(format string, level slog.Level, out *logWriter) *requestLog {
 	return &requestLog{json: format == "json", level: level, out: out}
@@ -180,10 +206,26 @@ func (l *requestLog) write(t time.Time, e *requestLine) {
 		e.errText = e.err.Error()
 	}
 	l.out.mu.Lock()
+	// A line's time may come a little before the last one's: it was taken
+	// before the lock. Such a line counts in the newer second.
+	if sec := t.Unix(); e.status == http.StatusTooManyRequests || l.refShort > 0 && sec > l.refSec {
+		if sec > l.refSec {
+			l.closeSecond(t)
+			l.refSec = sec
+		}
+		if e.status == http.StatusTooManyRequests {
+			if l.refLogged >= refusedLinesPerSecond {
+				l.refShort++
+				l.out.mu.Unlock()
+				return
+			}
+			l.refLogged++
+		}
+	}
 	if l.json {
-		l.out.buf = e.appendJSON(l.out.buf, t, level)
+		l.out.buf = e.appendJSON(l.out.buf, &l.stamp, t, level)
 	} else {
-		l.out.buf = e.appendText(l.out.buf, t, level)
+		l.out.buf = e.appendText(l.out.buf, &l.stamp, t, level)
 	}
 	behind := l.out.filled()
 	l.out.mu.Unlock()
@@ -192,10 +234,42 @@ func (l *requestLog) write(t time.Time, e *requestLine) {
 	}
 }
 
+// closeSecond writes, at t, how many refused requests of second refSec
+// were left out of the log, if any, and starts counting anew. l.out.mu
+// must be held.
+func (l *requestLog) closeSecond(t time.Time) {
+	if l.refShort > 0 {
+		if l.json {
+			l.out.buf = append(l.out.buf, `{"time":"`...)
+			l.out.buf = l.stamp.append(l.out.buf, t, 0)
+			l.out.buf = append(l.out.buf, `","level":"INFO","msg":"refused requests not logged","count":`...)
+			l.out.buf = append(strconv.AppendInt(l.out.buf, l.refShort, 10), "}\n"...)
+		} else {
+			l.out.buf = append(l.out.buf, "time="...)
+			l.out.buf = l.stamp.append(l.out.buf, t, 3)
+			l.out.buf = append(l.out.buf, ` level=INFO msg="refused requests not logged" count=`...)
+			l.out.buf = append(strconv.AppendInt(l.out.buf, l.refShort, 10), '\n')
+		}
+	}
+	l.refLogged, l.refShort = 0, 0
+}
+
+// endSecond writes the count of refused requests left out of the log
+// once their second is over (or at once, when final): the flusher asks, so
+// that the count comes within 100 ms of the second's end even when no
+// request follows.
+func (l *requestLog) endSecond(now time.Time, final bool) {
+	l.out.mu.Lock()
+	defer l.out.mu.Unlock()
+	if l.refShort > 0 && (final || now.Unix() > l.refSec) {
+		l.closeSecond(now)
+	}
+}
+
 // appendText appends the line as slog's TextHandler writes it.
-func (e *requestLine) appendText(b []byte, t time.Time, level slog.Level) []byte {
+func (e *requestLine) appendText(b []byte, c *stampCache, t time.Time, level slog.Level) []byte {
 	b = append(b, "time="...)
-	b = t.AppendFormat(b, "2006-01-02T15:04:05.000Z07:00")
+	b = c.append(b, t, 3)
 	b = append(b, " level="...)
 	b = append(b, level.String()...)
 	b = append(b, " msg=request method="...)
@@ -219,6 +293,44 @@ func (e *requestLine) appendText(b []byte, t time.Time, level slog.Level) []byte
 		b = appendTextString(b, e.errText)
 	}
 	return append(b, '\n')
+}
+
+// stampCache formats times as slog does, the text handler to the
+// millisecond ("2006-01-02T15:04:05.000Z07:00"), the JSON handler as
+// time.RFC3339Nano, keeping the part up to the second and the zone of the
+// last second it saw: a zone's offset changes only on a whole second.
+type stampCache struct {
+	sec        int64
+	loc        *time.Location
+	date, zone []byte
+}
+
+// append appends t with a fraction of millis digits, 3 (the text
+// handler's), or 0 for RFC3339Nano's (nanoseconds without trailing zeros,
+// and no point when they are all zero).
+func (c *stampCache) append(b []byte, t time.Time, millis int) []byte {
+	if sec, loc := t.Unix(), t.Location(); sec != c.sec || loc != c.loc || c.date == nil {
+		c.sec, c.loc = sec, loc
+		c.date = t.AppendFormat(c.date[:0], "2006-01-02T15:04:05")
+		c.zone = t.AppendFormat(c.zone[:0], "Z07:00")
+	}
+	b = append(b, c.date...)
+	ns := t.Nanosecond()
+	var frac [10]byte
+	frac[0] = '.'
+	for i, v := 9, ns; i > 0; i, v = i-1, v/10 {
+		frac[i] = byte('0' + v%10)
+	}
+	if millis > 0 {
+		b = append(b, frac[:1+millis]...)
+	} else if ns != 0 {
+		n := 10
+		for frac[n-1] == '0' {
+			n--
+		}
+		b = append(b, frac[:n]...)
+	}
+	return append(b, c.zone...)
 }
 
 // appendTextString appends s bare, or quoted when slog's TextHandler would
@@ -254,9 +366,9 @@ func textNeedsQuoting(s string) bool {
 }
 
 // appendJSON appends the line as slog's JSONHandler writes it.
-func (e *requestLine) appendJSON(b []byte, t time.Time, level slog.Level) []byte {
+func (e *requestLine) appendJSON(b []byte, c *stampCache, t time.Time, level slog.Level) []byte {
 	b = append(b, `{"time":"`...)
-	b = t.AppendFormat(b, time.RFC3339Nano)
+	b = c.append(b, t, 0)
 	b = append(b, `","level":"`...)
 	b = append(b, level.String()...)
 	b = append(b, `","msg":"request","method":`...)

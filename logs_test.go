@@ -3,9 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -287,5 +291,136 @@ func TestRequestLogSurvivesPanickingError(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "status=200") {
 		t.Errorf("the next line is missing: %q", out.String())
+	}
+}
+
+// TestRequestLogTimeCache writes many lines through one requestLog, so
+// that its cached second and zone carry from line to line: nanoseconds with
+// and without trailing zeros, zero, a new second, and the same instant in
+// another zone must each come out as slog writes them.
+func TestRequestLogTimeCache(t *testing.T) {
+	east := time.FixedZone("E", 5*3600+45*60)
+	base := time.Date(2026, 3, 29, 0, 59, 59, 0, time.UTC)
+	var times []time.Time
+	for _, ns := range []int{0, 1, 10, 100_000, 120_000_000, 999_999_999, 500_000_000, 0} {
+		times = append(times, base.Add(time.Duration(ns)))
+	}
+	times = append(times, base.Add(time.Second), base.Add(time.Second).In(east), base.Add(time.Second+7).In(east),
+		base.Add(time.Second+7), base.Add(2*time.Second-1), base.Add(-time.Second))
+	for _, format := range []string{"text", "json"} {
+		out := &logWriter{}
+		l := newRequestLog(format, slog.LevelInfo, out)
+		for i, at := range times {
+			line := requestLine{method: "GET", route: "GET /v1/categories", status: 200, requestID: "id", remote: "127.0.0.1:1"}
+			want := slogLine(t, format, at, &line)
+			out.buf = out.buf[:0]
+			l.write(at, &line)
+			if got := string(out.buf); got != want {
+				t.Errorf("%s, time %d (%v):\n got %s\nwant %s", format, i, at, got, want)
+			}
+		}
+	}
+}
+
+// TestRefusedRequestsSampled: of the refused requests (429) of one second,
+// the first refusedLinesPerSecond are logged in full and the rest counted
+// in one line once the second is over, written by the next line of a later
+// second or by the flusher (endSecond); other lines are never held back.
+func TestRefusedRequestsSampled(t *testing.T) {
+	for _, format := range []string{"text", "json"} {
+		out := &logWriter{}
+		l := newRequestLog(format, slog.LevelInfo, out)
+		s := time.Unix(1_800_000_000, 0).UTC()
+		line := func(status int) *requestLine {
+			return &requestLine{method: "GET", route: "GET /v1/categories", status: status, requestID: "id", remote: "127.0.0.1:1"}
+		}
+		count := func(what string) int { return strings.Count(string(out.buf), what) }
+		short := regexp.MustCompile(`refused requests not logged\W{1,4}count\W{1,2}(\d+)`)
+		shorts := func() (n []int) {
+			for _, m := range short.FindAllStringSubmatch(string(out.buf), -1) {
+				v, _ := strconv.Atoi(m[1])
+				n = append(n, v)
+			}
+			return n
+		}
+		for i := range 250 {
+			l.write(s.Add(time.Duration(i)*time.Millisecond), line(429))
+		}
+		l.write(s.Add(300*time.Millisecond), line(200))
+		l.write(s.Add(-time.Millisecond), line(429)) // late: counts in the newer second
+		l.endSecond(s.Add(900*time.Millisecond), false)
+		if got := count("429"); got != refusedLinesPerSecond {
+			t.Errorf("%s: %d lines of 429 in the first second, want %d", format, got, refusedLinesPerSecond)
+		}
+		if count("200") != 1 || len(shorts()) != 0 {
+			t.Errorf("%s: the 200 must be logged and no count written within the second:\n%s", format, out.buf)
+		}
+		l.write(s.Add(1200*time.Millisecond), line(429))
+		if got := shorts(); !reflect.DeepEqual(got, []int{151}) || count("429") != refusedLinesPerSecond+1 {
+			t.Errorf("%s: a new second's 429: counts %v, %d lines of 429; want [151], %d", format, got, count("429"), refusedLinesPerSecond+1)
+		}
+		for i := range 150 {
+			l.write(s.Add(1300*time.Millisecond+time.Duration(i)), line(429))
+		}
+		l.endSecond(s.Add(1999*time.Millisecond), false)
+		if got := shorts(); len(got) != 1 {
+			t.Errorf("%s: counts %v before the second ended", format, got)
+		}
+		l.endSecond(s.Add(2050*time.Millisecond), false)
+		if got := shorts(); !reflect.DeepEqual(got, []int{151, 51}) {
+			t.Errorf("%s: counts %v after the flusher's call, want [151 51]", format, got)
+		}
+		for i := range 101 {
+			l.write(s.Add(2100*time.Millisecond+time.Duration(i)), line(429))
+		}
+		l.endSecond(s.Add(2200*time.Millisecond), true) // the last flush
+		if got := shorts(); !reflect.DeepEqual(got, []int{151, 51, 1}) {
+			t.Errorf("%s: counts %v after the final flush, want [151 51 1]", format, got)
+		}
+		for i, ln := range strings.Split(strings.TrimSuffix(string(out.buf), "\n"), "\n") {
+			if format == "json" && !json.Valid([]byte(ln)) {
+				t.Fatalf("json: line %d is not JSON: %s", i, ln)
+			}
+		}
+	}
+}
+
+// TestFloodLogIsSampled floods a free key through the server: every 429 it
+// answered is either in the log or in a count of those left out, and no
+// second logs more than refusedLinesPerSecond of them.
+func TestFloodLogIsSampled(t *testing.T) {
+	ts := startServer(t)
+	free := createKey(t, ts.db, "--plan", "free", "--name", "flood")
+	refused := 0
+	for range 400 {
+		r := ts.do(t, "GET", "/v1/categories", free, "")
+		if r.status == http.StatusTooManyRequests {
+			refused++
+		}
+	}
+	ts.stop()
+	log := ts.stderr.String()
+	perSecond := map[string]int{}
+	logged, left := 0, 0
+	for ln := range strings.Lines(log) {
+		if strings.Contains(ln, " status=429 ") {
+			logged++
+			perSecond[ln[:len("time=2006-01-02T15:04:05")]]++
+		}
+		if _, n, ok := strings.Cut(strings.TrimSpace(ln), `msg="refused requests not logged" count=`); ok {
+			v, err := strconv.Atoi(n)
+			if err != nil {
+				t.Fatalf("count line %q", ln)
+			}
+			left += v
+		}
+	}
+	if refused < 300 || logged+left != refused {
+		t.Errorf("%d refused; %d logged + %d counted = %d", refused, logged, left, logged+left)
+	}
+	for sec, n := range perSecond {
+		if n > refusedLinesPerSecond {
+			t.Errorf("%s logged %d refusals", sec, n)
+		}
 	}
 }

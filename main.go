@@ -126,7 +126,9 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	}
 	defer ln.Close()
 	idem := newIdempotency(store, cfg.idempotencyTTL, cfg.busyTimeout, clockOf(ctx))
-	servers := []*http.Server{newHTTPServer(newServer(logger, newRequestLog(cfg.logFormat, cfg.logLevel, logs), store, idem, keys, limits, metrics, cfg), cfg, logger)}
+	reqLog := newRequestLog(cfg.logFormat, cfg.logLevel, logs)
+	logs.beforeFlush = reqLog.endSecond
+	servers := []*http.Server{newHTTPServer(newServer(logger, reqLog, store, idem, keys, limits, metrics, cfg), cfg, logger)}
 	listeners := []net.Listener{ln}
 	if cfg.adminAddr != "" {
 		aln, err := net.Listen("tcp", cfg.adminAddr)

@@ -6,6 +6,7 @@
 package main
 
 import (
+	"context"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -35,7 +36,15 @@ type rateLimiter interface {
 // counts against that key, any other against its client address. Every
 // response under /v1/ gets the binding window's headers; a refused request
 // gets 429 and goes no further.
-func limitRequests(lim rateLimiter, trustProxy bool, m *serverMetrics) func(http.Handler) http.Handler {
+//
+// A banned key's request waits hold before its 429 (--ban-hold): a key is
+// banned for sending on and on while refused, so a client that loops
+// without reading Retry-After gets at most 1/hold answers a second on each
+// connection, and its flood costs the server next to nothing, instead of a
+// refusal's CPU as fast as the loop can go, taken from every other key
+// (BENCHMARKS.md, row 10). The wait ends when the client goes; it holds no
+// lock, and a server shutting down waits for it at most hold.
+func limitRequests(lim rateLimiter, trustProxy bool, hold time.Duration, m *serverMetrics) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if !isAPIPath(r.URL.Path) {
@@ -51,7 +60,10 @@ func limitRequests(lim rateLimiter, trustProxy bool, m *serverMetrics) func(http
 			d.setHeaders(w.Header())
 			if !d.Allowed {
 				m.refused(d.Code)
-				writeError(w, r, refusal(d))
+				if d.Code == "key_banned" && hold > 0 {
+					wait(r.Context(), hold)
+				}
+				writeRefusal(w, d)
 				return
 			}
 			next.ServeHTTP(w, r)
@@ -59,18 +71,52 @@ func limitRequests(lim rateLimiter, trustProxy bool, m *serverMetrics) func(http
 	}
 }
 
-// refusal is the Error of a refused request.
-func refusal(d decision) *apiError {
-	switch d.Code {
-	case "quota_exceeded":
-		return errorf(d.Code,
-			"the daily quota of %d requests is used up; it resets at 00:00 UTC, in %d s", d.Limit, d.RetryAfter)
-	case "key_banned":
-		return errorf(d.Code,
-			"this key is banned for %d s for sending too many requests while rate limited", d.RetryAfter)
+// Bounds of --ban-hold: a wait long enough to slow a loop, and short
+// enough that a server shutting down is not kept waiting for it.
+const (
+	defaultBanHold = 100 * time.Millisecond
+	maxBanHold     = 5 * time.Second
+)
+
+// wait returns after d, or sooner when ctx ends.
+func wait(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
 	}
-	return errorf("rate_limited",
-		"rate limit of %d requests per minute exceeded; retry after %d s", d.Limit, d.RetryAfter)
+}
+
+// writeRefusal answers a refused request: 429 and its Error, the body
+// written by hand, as writeJSON would write it (TestRefusalBody), for a
+// refusal must stay cheap while a key floods (BENCHMARKS.md, row 10).
+func writeRefusal(w http.ResponseWriter, d decision) {
+	var buf [192]byte
+	code := d.Code
+	if code != "quota_exceeded" && code != "key_banned" {
+		code = "rate_limited"
+	}
+	b := append(buf[:0], `{"status":429,"code":"`...)
+	b = append(b, code...)
+	b = append(b, `","message":"`...)
+	switch code {
+	case "quota_exceeded":
+		b = append(strconv.AppendInt(append(b, "the daily quota of "...), d.Limit, 10), " requests is used up; it resets at 00:00 UTC, in "...)
+		b = append(strconv.AppendInt(b, d.RetryAfter, 10), " s"...)
+	case "key_banned":
+		b = append(strconv.AppendInt(append(b, "this key is banned for "...), d.RetryAfter, 10),
+			" s for sending too many requests while rate limited"...)
+	default:
+		b = append(strconv.AppendInt(append(b, "rate limit of "...), d.Limit, 10), " requests per minute exceeded; retry after "...)
+		b = append(strconv.AppendInt(b, d.RetryAfter, 10), " s"...)
+	}
+	b = append(b, "\"}\n"...)
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	h["Content-Length"] = []string{strconv.Itoa(len(b))}
+	w.WriteHeader(http.StatusTooManyRequests)
+	w.Write(b)
 }
 
 // clientAddr is the address a request's rate limit is kept by: the

@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -391,4 +394,82 @@ func TestFloodKeepsLimiterStateBounded(t *testing.T) {
 	}
 	t.Logf("%d requests with distinct invalid keys and addresses; limiter tracks %d addresses, %d keys",
 		total, gauge("petstore_limiter_tracked_addrs"), gauge("petstore_limiter_tracked_keys"))
+}
+
+// TestRefusalBody holds writeRefusal's hand-written answer to what
+// writeJSON writes for the same Error: status, headers and body, byte for
+// byte.
+func TestRefusalBody(t *testing.T) {
+	for _, d := range []decision{
+		{Code: "rate_limited", Limit: 60, RetryAfter: 1},
+		{Code: "rate_limited", Limit: 100_000_000, RetryAfter: 59},
+		{Code: "quota_exceeded", Limit: 1000, RetryAfter: 86399},
+		{Code: "key_banned", RetryAfter: 900},
+		{Code: "", Limit: 5, RetryAfter: 3}, // never sent so; still a rate_limited
+	} {
+		var ae *apiError
+		switch d.Code {
+		case "quota_exceeded":
+			ae = errorf(d.Code, "the daily quota of %d requests is used up; it resets at 00:00 UTC, in %d s", d.Limit, d.RetryAfter)
+		case "key_banned":
+			ae = errorf(d.Code, "this key is banned for %d s for sending too many requests while rate limited", d.RetryAfter)
+		default:
+			ae = errorf("rate_limited", "rate limit of %d requests per minute exceeded; retry after %d s", d.Limit, d.RetryAfter)
+		}
+		want, got := httptest.NewRecorder(), httptest.NewRecorder()
+		writeJSON(want, ae.Status, ae)
+		writeRefusal(got, d)
+		if got.Code != want.Code || got.Body.String() != want.Body.String() || !reflect.DeepEqual(got.Header(), want.Header()) {
+			t.Errorf("%+v:\n got %d %v %q\nwant %d %v %q", d, got.Code, got.Header(), got.Body, want.Code, want.Header(), want.Body)
+		}
+	}
+}
+
+// TestBannedKeyWaits: a banned key's request gets its 429 only after
+// --ban-hold, a refusal before the ban at once (well within the hold), and
+// a banned client that hangs up ends its wait at once: its log line comes
+// long before the hold is over. Bad values of the flag are usage errors.
+func TestBannedKeyWaits(t *testing.T) {
+	for _, bad := range []string{"-1ms", "5001ms"} {
+		_, _, err := runCLI(t, nil, "serve", "--db", testDB(t), "--ban-hold", bad)
+		var ue *usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--ban-hold must be 0 to 5s") {
+			t.Errorf("--ban-hold %s: %v, want a usage error", bad, err)
+		}
+	}
+	const hold = time.Second
+	db := testDB(t)
+	key := createKey(t, db, "--plan", "enterprise", "--rpm", "1", "--rpd", "1000")
+	ts := startServerOn(t, db, key, "--ban-threshold", "1", "--ban-hold", hold.String())
+	if r := ts.do(t, "GET", "/v1/categories", key, ""); r.status != 200 {
+		t.Fatalf("first request: %d", r.status)
+	}
+	start := time.Now()
+	wantError(t, ts.do(t, "GET", "/v1/categories", key, ""), 429, "rate_limited")
+	if took := time.Since(start); took >= hold {
+		t.Errorf("a refusal before the ban took %v, the hold is %v", took, hold)
+	}
+	start = time.Now()
+	wantError(t, ts.do(t, "GET", "/v1/categories", key, ""), 429, "key_banned")
+	if took := time.Since(start); took < hold {
+		t.Errorf("a banned key's 429 came after %v, before the hold of %v", took, hold)
+	}
+
+	// A client that hangs up: the hold of 5 s ends with it.
+	ts2 := startServerOn(t, db, key, "--ban-threshold", "1", "--ban-hold", "5s")
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", ts2.base+"/v1/categories", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	hungUp := time.Now()
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the banned request was answered within 100 ms: %d", resp.StatusCode)
+	}
+	for !strings.Contains(ts2.stderr.String(), " status=429 ") {
+		if time.Since(hungUp) > 4*time.Second {
+			t.Fatalf("no log line of the banned request 4 s after its client hung up: the wait did not end with it")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
