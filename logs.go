@@ -162,7 +162,7 @@ type requestLog struct {
 	// and its zone, as formatting a time is a microsecond a line.
 	stamp stampCache
 	// Under out.mu: the refused requests (429) of second refSec, logged
-	// and left out (refusalSampling).
+	// and left out (refusedLinesPerSecond).
 	refSec              int64
 	refLogged, refShort int64
 }
@@ -305,7 +305,7 @@ type stampCache struct {
 	date, zone []byte
 }
 
-// append appends t with a fraction of millis digits, 3 (the text
+// append appends t with a fraction of millis digits: 3 (the text
 // handler's), or 0 for RFC3339Nano's (nanoseconds without trailing zeros,
 // and no point when they are all zero).
 func (c *stampCache) append(b []byte, t time.Time, millis int) []byte {
