@@ -18,6 +18,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/golang-migrate/migrate/v4"
+	migratesqlite "github.com/golang-migrate/migrate/v4/database/sqlite"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
 )
 
 func TestKeysCommands(t *testing.T) {
@@ -496,5 +500,107 @@ func TestKeysCommandsNeedTheDatabase(t *testing.T) {
 		if _, err := os.Stat(db); err == nil {
 			t.Errorf("%v created the missing database", args)
 		}
+	}
+}
+
+// TestMigrationDropsAutoincrement upgrades a database of schema 6, with
+// rows in categories, pets and orders (ids with gaps, as a failed batch
+// leaves them), to 7: every row keeps its id and its links, the tables lose
+// AUTOINCREMENT, foreign keys hold and are enforced again, and a new row
+// gets the largest id + 1.
+func TestMigrationDropsAutoincrement(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "v6.db")
+	db, err := sql.Open("sqlite", dsn(path, false, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := iofs.New(migrationFiles, "migrations/sqlite")
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv, err := migratesqlite.WithInstance(db, &migratesqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := migrate.NewWithInstance("iofs", src, "sqlite", drv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Migrate(6); err != nil {
+		t.Fatal(err)
+	}
+	m.Close() // closes db
+	db, err = sql.Open("sqlite", dsn(path, false, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`
+		INSERT INTO categories (id, name, fold, description) VALUES (1, 'Dogs', 'dogs', 'woof'), (2, 'Cats', 'cats', NULL), (5, 'Élan', 'élan', 'e');
+		INSERT INTO pets (id, name, category_id, status) VALUES (1, 'Rex', 1, 'available'), (3, 'Tom', 2, 'sold'), (4, 'Kit', 5, 'pending');
+		INSERT INTO orders (id, pet_id, quantity, status, created_at) VALUES (2, 3, 7, 'placed', '2026-11-24T00:00:00Z')`); err != nil {
+		t.Fatal(err)
+	}
+	dump := func() string {
+		var b strings.Builder
+		for _, q := range []string{
+			"SELECT id, name, fold, coalesce(description, '-') FROM categories ORDER BY id",
+			"SELECT id, name, category_id, status FROM pets ORDER BY id",
+			"SELECT id, pet_id, quantity, status, created_at FROM orders ORDER BY id",
+		} {
+			rows, err := db.Query(q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cols, _ := rows.Columns()
+			for rows.Next() {
+				vals := make([]any, len(cols))
+				ptrs := make([]any, len(cols))
+				for i := range vals {
+					ptrs[i] = &vals[i]
+				}
+				if err := rows.Scan(ptrs...); err != nil {
+					t.Fatal(err)
+				}
+				fmt.Fprintln(&b, vals...)
+			}
+			rows.Close()
+		}
+		return b.String()
+	}
+	before := dump()
+	db.Close()
+
+	if _, _, err := runCLI(t, nil, "migrate", "--db", path); err != nil {
+		t.Fatal(err)
+	}
+	db, err = sql.Open("sqlite", dsn(path, false, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if after := dump(); after != before {
+		t.Errorf("rows changed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE name IN ('categories', 'pets', 'orders') AND sql LIKE '%AUTOINCREMENT%'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d tables still AUTOINCREMENT (%v)", n, err)
+	}
+	if err := db.QueryRow(`SELECT count(*) FROM pragma_foreign_key_check`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d foreign key violations (%v)", n, err)
+	}
+	db.Close()
+
+	key := createKey(t, path, "--plan", "business")
+	ts := startServerOn(t, path, key)
+	if c := decode[Category](t, ts.do(t, "POST", "/v1/categories", key, `{"name":"Birds"}`)); c.ID != 6 {
+		t.Errorf("a new category got id %d, want 6", c.ID)
+	}
+	wantError(t, ts.do(t, "POST", "/v1/categories", key, `{"name":"DOGS"}`), 409, "conflict") // the unique fold survived
+	if r := ts.do(t, "POST", "/v1/pets", key, `{"name":"Tweety","categoryId":6}`); r.status != 201 || !strings.Contains(string(r.body), `"id":5`) {
+		t.Errorf("a new pet: %d %s, want 201 and id 5", r.status, r.body)
+	}
+	wantError(t, ts.do(t, "POST", "/v1/pets", key, `{"name":"Ghost","categoryId":4}`), 400, "validation_failed") // no category 4: the key is enforced
+	if r := ts.do(t, "POST", "/v1/store/orders", key, `{"petId":4,"quantity":1}`); r.status != 201 || !strings.Contains(string(r.body), `"id":3`) {
+		t.Errorf("a new order: %d %s, want 201 and id 3", r.status, r.body)
 	}
 }

@@ -851,11 +851,13 @@ func schemaOf(t *testing.T, s *sqliteStore) string {
 	var b strings.Builder
 	space := regexp.MustCompile(`\s+`)
 	comment := regexp.MustCompile(`--[^\n]*`)
+	renamed := regexp.MustCompile(`^CREATE TABLE "(\w+)"`) // SQLite quotes the name ALTER TABLE ... RENAME TO gives
 	for rows.Next() {
 		var typ, name, sql string
 		if err := rows.Scan(&typ, &name, &sql); err != nil {
 			t.Fatal(err)
 		}
+		sql = renamed.ReplaceAllString(sql, "CREATE TABLE $1")
 		fmt.Fprintf(&b, "%s %s: %s\n", typ, name, space.ReplaceAllString(comment.ReplaceAllString(sql, ""), " "))
 	}
 	return b.String()

@@ -2,7 +2,7 @@
 -- creates it; TestSchemaMatchesMigrations checks that the two agree.
 
 CREATE TABLE categories (
-	id          INTEGER PRIMARY KEY AUTOINCREMENT,
+	id          INTEGER PRIMARY KEY,
 	name        TEXT NOT NULL,
 	-- fold is the case-folded, NFC-normalised name: uniqueness is enforced on it.
 	fold        TEXT NOT NULL UNIQUE,
@@ -50,7 +50,7 @@ CREATE TABLE usage (
 
 -- pets are the beta pets area; each belongs to an existing category.
 CREATE TABLE pets (
-	id          INTEGER PRIMARY KEY AUTOINCREMENT,
+	id          INTEGER PRIMARY KEY,
 	name        TEXT NOT NULL,
 	category_id INTEGER NOT NULL REFERENCES categories (id),
 	status      TEXT NOT NULL CHECK (status IN ('available', 'pending', 'sold'))
@@ -60,7 +60,7 @@ CREATE INDEX pets_category ON pets (category_id);
 
 -- orders are the experimental store area; each is for an existing pet.
 CREATE TABLE orders (
-	id         INTEGER PRIMARY KEY AUTOINCREMENT,
+	id         INTEGER PRIMARY KEY,
 	pet_id     INTEGER NOT NULL REFERENCES pets (id),
 	quantity   INTEGER NOT NULL CHECK (quantity BETWEEN 1 AND 100),
 	status     TEXT NOT NULL CHECK (status IN ('placed')),

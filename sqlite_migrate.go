@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/golang-migrate/migrate/v4/database"
@@ -24,7 +25,12 @@ func migrateDatabase(path string, busy time.Duration) error {
 		return err
 	}
 	defer unlock()
-	db, err := sql.Open("sqlite", dsn(path, false, busy))
+	// Migrations run with foreign keys off, as SQLite's way of changing a
+	// table's definition asks (sqlite.org/lang_altertable.html, "other kinds
+	// of table schema changes"): 0007 drops and rebuilds tables that others
+	// reference. Each migration is one transaction, and copies ids as they
+	// are.
+	db, err := sql.Open("sqlite", strings.Replace(dsn(path, false, busy), "foreign_keys(ON)", "foreign_keys(OFF)", 1))
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
 	}
