@@ -240,9 +240,9 @@ func (s *sqliteStore) copyOut(ctx context.Context, t copyTable) iter.Seq2[[]any,
 	})
 }
 
-// copyIn writes on the writer connection, in one transaction. SQLite's
-// AUTOINCREMENT keeps its sequence past the highest id ever inserted, so
-// the ids written set it.
+// copyIn writes on the writer connection, in one transaction. A new row
+// gets the largest id + 1 (api_keys: past the highest ever inserted, by
+// AUTOINCREMENT), so the ids written set where new ones start.
 func (s *sqliteStore) copyIn(ctx context.Context, tables []copyTable, rows func(copyTable) iter.Seq2[[]any, error], check func([]int64) error) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {

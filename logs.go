@@ -263,6 +263,9 @@ func (l *requestLog) endSecond(now time.Time, final bool) {
 	defer l.out.mu.Unlock()
 	if l.refShort > 0 && (final || now.Unix() > l.refSec) {
 		l.closeSecond(now)
+		// A line of the closed second that comes late counts in this one,
+		// as in write: no second logs more than refusedLinesPerSecond.
+		l.refSec = max(l.refSec, now.Unix())
 	}
 }
 

@@ -156,7 +156,9 @@ func startServerIn(t *testing.T, parent context.Context, db, key string, args ..
 	ctx, cancel := context.WithCancel(parent)
 	stderr := &syncBuffer{}
 	done := make(chan error, 1)
-	all := append([]string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--db", db}, testRedisArgs(t, db)...)
+	// --ban-hold 0: a banned key's requests answer at once, so that tests of
+	// bans do not wait 100 ms a request; TestBannedKeyWaits sets its own.
+	all := append([]string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--db", db, "--ban-hold", "0"}, testRedisArgs(t, db)...)
 	all = append(all, args...) // after ours: a test's own --redis wins
 	go func() { done <- run(ctx, all, envFrom(nil), io.Discard, stderr) }()
 	ts := &testServer{db: db, key: key, stderr: stderr}

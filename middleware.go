@@ -101,9 +101,10 @@ func withRequestID(next http.Handler) http.Handler {
 }
 
 // newRequestID returns 26 characters of the base32 alphabet (A-Z, 2-7),
-// 128 random bits, as crypto/rand.Text does, but from math/rand/v2's
-// generator (a ChaCha8 state per thread, randomly seeded): an id must be
-// unique, not unpredictable, and this one costs a tenth.
+// like crypto/rand.Text, holding 128 random bits (the last character
+// carries 3 of them) from math/rand/v2's generator (a ChaCha8 state per
+// thread, randomly seeded): an id must be unique, not unpredictable, and
+// this one costs a tenth.
 func newRequestID() string {
 	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 	var b [26]byte

@@ -8,6 +8,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	_ "net/http/pprof"
 	"os"
@@ -15,6 +16,8 @@ import (
 
 func init() {
 	if addr := os.Getenv("PETSTORE_PPROF_ADDR"); addr != "" {
-		go http.ListenAndServe(addr, nil) // DefaultServeMux: pprof's handlers only
+		go func() { // DefaultServeMux: pprof's handlers only
+			fmt.Fprintln(os.Stderr, "pprof:", http.ListenAndServe(addr, nil))
+		}()
 	}
 }

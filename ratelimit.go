@@ -42,8 +42,10 @@ type rateLimiter interface {
 // without reading Retry-After gets at most 1/hold answers a second on each
 // connection, and its flood costs the server next to nothing, instead of a
 // refusal's CPU as fast as the loop can go, taken from every other key
-// (BENCHMARKS.md, row 10). The wait ends when the client goes; it holds no
-// lock, and a server shutting down waits for it at most hold.
+// (BENCHMARKS.md, row 10). The wait holds no lock; it ends early when the
+// client hangs up, as far as net/http notices (a request whose body is
+// still unread waits the whole hold); a server shutting down waits for it
+// at most hold. The log's duration and the latency metrics include it.
 func limitRequests(lim rateLimiter, trustProxy bool, hold time.Duration, m *serverMetrics) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

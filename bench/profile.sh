@@ -16,7 +16,9 @@ PORT=$(port) PP=$(port)
 DB=$TMP/p.db
 KEY=$("$TMP/petstore" keys create --db "$DB" --plan enterprise --rpm 100000000 --rpd 100000000000 2>/dev/null)
 FREE=$("$TMP/petstore" keys create --db "$DB" --plan free 2>/dev/null)
-PETSTORE_PPROF_ADDR=127.0.0.1:$PP taskset -c 1 "$TMP/petstore" serve --db "$DB" --addr "127.0.0.1:$PORT" --admin-addr off 2>"$TMP/log" &
+# Never banning: a banned key's requests wait --ban-hold, and the flood's
+# profile would show that wait instead of a refusal's work.
+PETSTORE_PPROF_ADDR=127.0.0.1:$PP taskset -c 1 "$TMP/petstore" serve --db "$DB" --addr "127.0.0.1:$PORT" --admin-addr off --ban-threshold 1000000000 2>"$TMP/log" &
 P=http://127.0.0.1:$PORT
 for _ in $(seq 500); do curl -s -o /dev/null "$P/healthz" && break; sleep 0.02; done
 for i in $(seq -f %03g 1 100); do
@@ -32,11 +34,11 @@ profile() {
 		local w=$!
 		sleep 1
 		if [[ $kind == cpu ]]; then
-			curl -s -o "$OUT/$label.cpu" "http://127.0.0.1:$PP/debug/pprof/profile?seconds=$SECS"
+			curl -sf -o "$OUT/$label.cpu" "http://127.0.0.1:$PP/debug/pprof/profile?seconds=$SECS"
 		else
-			curl -s -o "$TMP/a0" "http://127.0.0.1:$PP/debug/pprof/allocs"
+			curl -sf -o "$TMP/a0" "http://127.0.0.1:$PP/debug/pprof/allocs"
 			sleep "$SECS"
-			curl -s -o "$TMP/a1" "http://127.0.0.1:$PP/debug/pprof/allocs"
+			curl -sf -o "$TMP/a1" "http://127.0.0.1:$PP/debug/pprof/allocs"
 			go tool pprof -proto -base "$TMP/a0" "$TMP/a1" >"$OUT/$label.allocs" 2>/dev/null
 		fi
 		wait "$w"
