@@ -239,17 +239,13 @@ func (l *requestLog) write(t time.Time, e *requestLine) {
 // must be held.
 func (l *requestLog) closeSecond(t time.Time) {
 	if l.refShort > 0 {
+		b := appendHead(l.out.buf, l.json, &l.stamp, t, slog.LevelInfo, "refused requests not logged")
 		if l.json {
-			l.out.buf = append(l.out.buf, `{"time":"`...)
-			l.out.buf = l.stamp.append(l.out.buf, t, 0)
-			l.out.buf = append(l.out.buf, `","level":"INFO","msg":"refused requests not logged","count":`...)
-			l.out.buf = append(strconv.AppendInt(l.out.buf, l.refShort, 10), "}\n"...)
+			b = append(strconv.AppendInt(append(b, `,"count":`...), l.refShort, 10), "}\n"...)
 		} else {
-			l.out.buf = append(l.out.buf, "time="...)
-			l.out.buf = l.stamp.append(l.out.buf, t, 3)
-			l.out.buf = append(l.out.buf, ` level=INFO msg="refused requests not logged" count=`...)
-			l.out.buf = append(strconv.AppendInt(l.out.buf, l.refShort, 10), '\n')
+			b = append(strconv.AppendInt(append(b, " count="...), l.refShort, 10), '\n')
 		}
+		l.out.buf = b
 	}
 	l.refLogged, l.refShort = 0, 0
 }
@@ -269,13 +265,26 @@ func (l *requestLog) endSecond(now time.Time, final bool) {
 	}
 }
 
-// appendText appends the line as slog's TextHandler writes it.
-func (e *requestLine) appendText(b []byte, c *stampCache, t time.Time, level slog.Level) []byte {
+// appendHead appends what starts every line, its time, level and msg, as
+// slog's handler of the format (JSON or text) writes them; the line's
+// attributes follow.
+func appendHead(b []byte, json bool, c *stampCache, t time.Time, level slog.Level, msg string) []byte {
+	if json {
+		b = append(b, `{"time":"`...)
+		b = c.append(b, t, 0)
+		b = append(append(b, `","level":"`...), level.String()...)
+		return appendJSONString(append(b, `","msg":`...), msg)
+	}
 	b = append(b, "time="...)
 	b = c.append(b, t, 3)
-	b = append(b, " level="...)
-	b = append(b, level.String()...)
-	b = append(b, " msg=request method="...)
+	b = append(append(b, " level="...), level.String()...)
+	return appendTextString(append(b, " msg="...), msg)
+}
+
+// appendText appends the line as slog's TextHandler writes it.
+func (e *requestLine) appendText(b []byte, c *stampCache, t time.Time, level slog.Level) []byte {
+	b = appendHead(b, false, c, t, level, "request")
+	b = append(b, " method="...)
 	b = appendTextString(b, e.method)
 	b = append(b, " route="...)
 	b = appendTextString(b, e.route)
@@ -370,11 +379,8 @@ func textNeedsQuoting(s string) bool {
 
 // appendJSON appends the line as slog's JSONHandler writes it.
 func (e *requestLine) appendJSON(b []byte, c *stampCache, t time.Time, level slog.Level) []byte {
-	b = append(b, `{"time":"`...)
-	b = c.append(b, t, 0)
-	b = append(b, `","level":"`...)
-	b = append(b, level.String()...)
-	b = append(b, `","msg":"request","method":`...)
+	b = appendHead(b, true, c, t, level, "request")
+	b = append(b, `,"method":`...)
 	b = appendJSONString(b, e.method)
 	b = append(b, `,"route":`...)
 	b = appendJSONString(b, e.route)

@@ -113,12 +113,7 @@ func writeRefusal(w http.ResponseWriter, d decision) {
 		b = append(strconv.AppendInt(append(b, "rate limit of "...), d.Limit, 10), " requests per minute exceeded; retry after "...)
 		b = append(strconv.AppendInt(b, d.RetryAfter, 10), " s"...)
 	}
-	b = append(b, "\"}\n"...)
-	h := w.Header()
-	h["Content-Type"] = jsonContentType
-	h["Content-Length"] = []string{strconv.Itoa(len(b))}
-	w.WriteHeader(http.StatusTooManyRequests)
-	w.Write(b)
+	writeRaw(w, http.StatusTooManyRequests, append(b, "\"}\n"...))
 }
 
 // clientAddr is the address a request's rate limit is kept by: the
