@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -181,5 +183,56 @@ func TestGroupCommitFailsBatchWhenTransactionIsLost(t *testing.T) {
 		if (errs[i] == nil) != (n == 1) {
 			t.Errorf("write %q answered %v, but %d rows of it are in the table", name, errs[i], n)
 		}
+	}
+}
+
+// TestWriterPageCache: the writer's page cache is capped (writerCache),
+// the readers keep SQLite's default, and the writer still works past it:
+// 8,000 creates in batches, then every row read back.
+func TestWriterPageCache(t *testing.T) {
+	s := testStore(t, filepath.Join(t.TempDir(), "c.db"), true)
+	ctx := context.Background()
+	for _, c := range []struct {
+		db interface {
+			QueryRowContext(context.Context, string, ...any) *sql.Row
+		}
+		name string
+		want int
+	}{{s.w, "writer", -512}, {s.r, "reader", -2000}} {
+		var got int
+		if err := c.db.QueryRowContext(ctx, "PRAGMA cache_size").Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != c.want {
+			t.Errorf("%s: cache_size %d, want %d", c.name, got, c.want)
+		}
+	}
+	// About 2 MiB of rows and index entries, four times the writer's cache.
+	const n = 8000
+	desc := strings.Repeat("d", 200)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprintf("cache-%05d", (i*7919)%n)
+			_, errs[i] = s.CreateCategory(ctx, Category{Name: name, Description: &desc}, foldName(name), nil)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	var count int
+	var pages int
+	if err := s.r.QueryRowContext(ctx, "SELECT count(*) FROM categories WHERE name LIKE 'cache-%'").Scan(&count); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.r.QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	if count != n || pages < 4*512*1024/4096 {
+		t.Errorf("%d rows in %d pages, want %d rows in more than four times the writer's cache", count, pages, n)
 	}
 }
