@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -155,4 +156,35 @@ func TestErrorCodesMatchDocument(t *testing.T) {
 		}
 	}()
 	errorf("no_such_code", "x")
+}
+
+// TestWriteRawContentLength: every body writeRaw sends has a Content-Length
+// and goes out whole, never chunked, on GET and HEAD alike, whether
+// net/http computes the length (up to autoLengthMax) or writeRaw sets it.
+func TestWriteRawContentLength(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		writeRaw(w, http.StatusTeapot, []byte(strings.Repeat("x", n)))
+	}))
+	defer srv.Close()
+	for _, n := range []int{0, 1, 112, autoLengthMax - 1, autoLengthMax, autoLengthMax + 1, 5000, 100_000} {
+		for _, method := range []string{"GET", "HEAD"} {
+			req, _ := http.NewRequest(method, srv.URL+"?n="+strconv.Itoa(n), nil)
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			wantBody := n
+			if method == "HEAD" {
+				wantBody = 0
+			}
+			if resp.StatusCode != http.StatusTeapot || resp.ContentLength != int64(n) || len(resp.TransferEncoding) != 0 || len(body) != wantBody ||
+				resp.Header.Get("Content-Type") != "application/json" {
+				t.Errorf("%s %d bytes: status %d, Content-Length %d, Transfer-Encoding %v, %d bytes read, Content-Type %q",
+					method, n, resp.StatusCode, resp.ContentLength, resp.TransferEncoding, len(body), resp.Header.Get("Content-Type"))
+			}
+		}
+	}
 }

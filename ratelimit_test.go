@@ -78,6 +78,9 @@ func TestFreeKeyGetsItsMinute(t *testing.T) {
 		t.Fatalf("%d requests succeeded in %v, want 60 (at most %d)", ok, elapsed, most)
 	}
 	wantError(t, refused, 429, "rate_limited")
+	if cl := refused.header.Get("Content-Length"); cl != strconv.Itoa(len(refused.body)) {
+		t.Errorf("429: Content-Length %q, body %d bytes", cl, len(refused.body))
+	}
 	limit, remaining, reset := limitHeaders(t, refused)
 	if limit != 60 || remaining != 0 || reset <= time.Now().Unix()-1 || reset > time.Now().Add(61*time.Second).Unix() {
 		t.Errorf("429: limit %d remaining %d reset %d, want 60, 0 and within the minute", limit, remaining, reset)
