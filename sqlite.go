@@ -121,11 +121,11 @@ func unwrapPathError(err error) error {
 }
 
 // writerCache caps the writer connection's page cache at 512 KiB instead of
-// SQLite's default 2 MiB (the readers keep theirs). The writer mostly
+// SQLite's default 2,000 KiB (the readers keep theirs). The writer mostly
 // appends: a batch of creates touches the right edge of each table and the
 // pages of its indexes where the new names fall, a few dozen pages, and a
 // page it no longer holds is a pread from the kernel's cache. Under the
-// harness's POSTs the full 2 MiB was 3 MiB of the server's peak RSS, for no
+// harness's POSTs the default was 3 MiB of the server's peak RSS, for no
 // creates a second (BENCHMARKS.md, issue 19).
 const writerCache = "&_pragma=cache_size(-512)"
 
