@@ -41,16 +41,10 @@ type groupCommitter[T any] struct {
 	done     chan struct{} // closed when the loop has ended
 
 	batches, writes atomic.Int64 // for the metrics
-
-	// The loop's own: the recent batches' size (the largest, decaying by an
-	// eighth a batch), and how long gather waits for a write when a batch
-	// is smaller (gatherWait).
-	peak int
-	wait time.Duration
 }
 
 func newGroupCommitter[T any](commit func(batch []*writeJob[T])) *groupCommitter[T] {
-	g := &groupCommitter[T]{commit: commit, jobs: make(chan *writeJob[T], maxBatch), stop: make(chan struct{}), done: make(chan struct{}), wait: gatherWait}
+	g := &groupCommitter[T]{commit: commit, jobs: make(chan *writeJob[T], maxBatch), stop: make(chan struct{}), done: make(chan struct{})}
 	go g.loop()
 	return g
 }
@@ -117,13 +111,6 @@ func (g *groupCommitter[T]) loop() {
 // batch is committed.
 const maxYields = 4
 
-// gatherWait bounds gather's wait for one more write. Go's timers are
-// coarse on an idle process (a timer under 1 ms fires after about 1 ms, as
-// epoll_wait counts in milliseconds), so this is the wait's length only
-// when the process is busy with other work; a write that arrives ends it
-// at once.
-const gatherWait = time.Millisecond
-
 // gather adds the writes waiting now to batch. Before it settles, it yields
 // the processor to the handlers that are runnable, for as long as that
 // brings more writes (at most maxYields times). Without this, on one CPU
@@ -132,19 +119,7 @@ const gatherWait = time.Millisecond
 // The yields made the batches, and so the creates a second, many times
 // larger (BENCHMARKS.md has the figures). On an idle server a yield finds
 // nothing to run and returns at once.
-//
-// A yield runs only the goroutines that are runnable already; it never
-// polls the network, so the requests that arrived while the last commit
-// held the P wait unseen. When the yields bring nothing and the batch is
-// smaller than the recent ones (the clients answered by the last commits
-// are sending their next writes), gather waits once for one more write, up
-// to g.wait: with the loop blocked, the scheduler polls the network, runs
-// the handlers whose requests came in, and the first write they send ends
-// the wait. A lone client's batches are never smaller than the recent
-// ones, so it never waits (TestGroupCommitWaitsForFollowers); after a
-// burst of n writers ends, the peak decays within about 2n batches.
 func (g *groupCommitter[T]) gather(batch []*writeJob[T]) []*writeJob[T] {
-	waited := false
 	for yields := 0; ; yields++ {
 	drain:
 		for len(batch) < maxBatch {
@@ -156,39 +131,13 @@ func (g *groupCommitter[T]) gather(batch []*writeJob[T]) []*writeJob[T] {
 			}
 		}
 		if len(batch) == maxBatch || yields == maxYields {
-			break
+			return batch
 		}
 		runtime.Gosched()
-		if len(g.jobs) > 0 {
-			continue
+		if len(g.jobs) == 0 { // the yield brought nothing
+			return batch
 		}
-		// The yield brought nothing.
-		if waited || len(batch) >= g.peak {
-			break
-		}
-		waited = true
-		if j := g.await(); j != nil {
-			batch = append(batch, j)
-			continue
-		}
-		break
 	}
-	g.peak = max(len(batch), g.peak-(g.peak+7)/8)
-	return batch
-}
-
-// await returns the next write, or nil when none came within g.wait or the
-// committer is closing.
-func (g *groupCommitter[T]) await() *writeJob[T] {
-	t := time.NewTimer(g.wait)
-	defer t.Stop()
-	select {
-	case j := <-g.jobs:
-		return j
-	case <-t.C:
-	case <-g.stop:
-	}
-	return nil
 }
 
 // stats returns how many batches were committed (or failed), and how many

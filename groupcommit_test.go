@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -236,99 +235,4 @@ func TestWriterPageCache(t *testing.T) {
 	if count != n || pages < 4*512*1024/4096 {
 		t.Errorf("%d rows in %d pages, want %d rows in more than four times the writer's cache", count, pages, n)
 	}
-}
-
-// TestGroupCommitWaitsForFollowers: when a batch is smaller than the recent
-// ones, the loop waits for one more write before it commits (the clients
-// of the last commit are sending theirs); a lone writer never waits; the
-// wait gives way to close; and after a burst the peak decays to a lone
-// writer's batches. The committer here runs no SQL: it records the sizes.
-func TestGroupCommitWaitsForFollowers(t *testing.T) {
-	newCommitter := func(peak int, wait time.Duration) (*groupCommitter[int], func() []int) {
-		var mu sync.Mutex
-		var sizes []int
-		g := newGroupCommitter(func(batch []*writeJob[int]) {
-			mu.Lock()
-			sizes = append(sizes, len(batch))
-			mu.Unlock()
-			for _, j := range batch {
-				j.done <- j.run(0)
-			}
-		})
-		// Set before the first write is sent: the channel orders them before the loop's reads.
-		g.peak, g.wait = peak, wait
-		t.Cleanup(g.close)
-		return g, func() []int {
-			mu.Lock()
-			defer mu.Unlock()
-			return slices.Clone(sizes)
-		}
-	}
-	write := func(g *groupCommitter[int], delay time.Duration) chan error {
-		errc := make(chan error, 1)
-		go func() {
-			time.Sleep(delay)
-			errc <- g.write(context.Background(), func(int) error { return nil })
-		}()
-		return errc
-	}
-	within := func(errc chan error, d time.Duration, what string) error {
-		t.Helper()
-		select {
-		case err := <-errc:
-			return err
-		case <-time.After(d):
-			t.Fatalf("%s: no answer within %v", what, d)
-			return nil
-		}
-	}
-
-	t.Run("a follower joins the batch", func(t *testing.T) {
-		g, sizes := newCommitter(2, time.Minute)
-		a, b := write(g, 0), write(g, 20*time.Millisecond)
-		for _, errc := range []chan error{a, b} {
-			if err := within(errc, 30*time.Second, "write"); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if got := sizes(); !slices.Equal(got, []int{2}) {
-			t.Errorf("batches %v, want one of 2: the second write came 20 ms after the first, well within the wait", got)
-		}
-	})
-	t.Run("a lone writer does not wait", func(t *testing.T) {
-		g, sizes := newCommitter(1, time.Minute)
-		if err := within(write(g, 0), 30*time.Second, "a lone write, with a minute's wait"); err != nil {
-			t.Fatal(err)
-		}
-		if got := sizes(); !slices.Equal(got, []int{1}) {
-			t.Errorf("batches %v, want one of 1", got)
-		}
-	})
-	t.Run("close ends the wait", func(t *testing.T) {
-		g, _ := newCommitter(5, time.Minute)
-		a := write(g, 0)
-		time.Sleep(20 * time.Millisecond) // the loop is most likely waiting by now
-		closed := make(chan struct{})
-		go func() { g.close(); close(closed) }()
-		select {
-		case <-closed:
-		case <-time.After(30 * time.Second):
-			t.Fatal("close waited for the gather wait")
-		}
-		if err := within(a, 30*time.Second, "the write"); err != nil && !errors.Is(err, errClosing) {
-			t.Errorf("the write: %v, want nil or errClosing", err)
-		}
-	})
-	t.Run("the peak decays after a burst", func(t *testing.T) {
-		g, sizes := newCommitter(30, 5*time.Millisecond)
-		for i := range 40 {
-			if err := within(write(g, 0), 30*time.Second, fmt.Sprintf("write %d", i)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		got := sizes()
-		if len(got) != 40 || g.peak != 1 { // the last answer orders the loop's update before this read
-			t.Errorf("%d batches, peak %d after 40 lone writes from a peak of 30; want 40 and 1", len(got), g.peak)
-		}
-	})
 }
