@@ -6,11 +6,12 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestReadmeListsEveryServeFlag: each flag of serve has a row in the
-// README's flags table, with its variable and, where the help text and the
-// table write it alike, its default.
+// README's flags table, with its variable and the default serve -h gives
+// (a duration may be written another way: 60s for 1m0s).
 func TestReadmeListsEveryServeFlag(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
@@ -22,14 +23,14 @@ func TestReadmeListsEveryServeFlag(t *testing.T) {
 			rows = append(rows, line)
 		}
 	}
-	var help strings.Builder
-	if _, err := parseServe([]string{"-h"}, envFrom(nil), &help); err != errHelp {
+	help, _, err := runCLI(t, nil, "serve", "-h")
+	if err != nil {
 		t.Fatalf("serve -h: %v", err)
 	}
-	flagRE := regexp.MustCompile(`(?m)^  -([a-z-]+)[^\n]*\n\s+[^\n]*?(?:\(default ("[^"]*"|\d+)\))?$`)
-	found := flagRE.FindAllStringSubmatch(help.String(), -1)
+	flagRE := regexp.MustCompile(`(?m)^  -([a-z-]+)[^\n]*\n\s+[^\n]*?(?:\(default ("[^"]*"|[^)]+)\))?$`)
+	found := flagRE.FindAllStringSubmatch(help, -1)
 	if len(found) < 20 {
-		t.Fatalf("read %d flags from serve -h, want them all:\n%s", len(found), help.String())
+		t.Fatalf("read %d flags from serve -h, want them all:\n%s", len(found), help)
 	}
 	for _, m := range found {
 		name, def := m[1], strings.Trim(m[2], `"`)
@@ -43,9 +44,48 @@ func TestReadmeListsEveryServeFlag(t *testing.T) {
 		switch {
 		case i < 0:
 			t.Errorf("the README's flags table has no row for --%s (%s)", name, env)
-		case def != "" && !strings.Contains(rows[i], "`"+def+"`"):
+		case def != "" && !strings.Contains(rows[i], "`"+def+"`") && !sameDuration(def, rows[i]):
 			t.Errorf("the README's row of --%s does not give its default `%s`: %s", name, def, rows[i])
 		}
+	}
+}
+
+// sameDuration reports whether def is a duration that row writes, in
+// backquotes, in some way of its own.
+func sameDuration(def, row string) bool {
+	d, err := time.ParseDuration(def)
+	if err != nil {
+		return false
+	}
+	for _, m := range regexp.MustCompile("`([0-9a-z.]+)`").FindAllStringSubmatch(row, -1) {
+		if e, err := time.ParseDuration(m[1]); err == nil && e == d {
+			return true
+		}
+	}
+	return false
+}
+
+// TestReadmeQuotesTheCommandLines: the command lines the README gives
+// under "Keys and the command line" are those 'petstore help' prints.
+func TestReadmeQuotesTheCommandLines(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "\n## Keys and the command line\n\n```\n")
+	block, _, _ := strings.Cut(section, "```\n")
+	help, _, err := runCLI(t, nil, "help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for line := range strings.SplitSeq(help, "\n") {
+		if strings.HasPrefix(line, "  petstore ") {
+			lines = append(lines, strings.TrimPrefix(line, "  ")+"\n")
+		}
+	}
+	if want := strings.Join(lines, ""); len(lines) < 10 || block != want {
+		t.Errorf("the README's command lines are\n%s\npetstore help's are\n%s", block, want)
 	}
 }
 
