@@ -2,8 +2,10 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -86,6 +88,66 @@ func TestReadmeQuotesTheCommandLines(t *testing.T) {
 	}
 	if want := strings.Join(lines, ""); len(lines) < 10 || block != want {
 		t.Errorf("the README's command lines are\n%s\npetstore help's are\n%s", block, want)
+	}
+}
+
+// TestReadmeTestCommands: the README's two test commands are the ones
+// .ci/run runs; the README names every variable that the test binary's
+// first line reports unset, and says the first run needs the module proxy.
+func TestReadmeTestCommands(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := os.ReadFile(".ci/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmdRE := regexp.MustCompile(`(?m)^\s*(go test -race[^#\n]*?)\s*(?:#.*)?$`)
+	var inReadme, inCI []string
+	for _, m := range cmdRE.FindAllStringSubmatch(string(readme), -1) {
+		inReadme = append(inReadme, m[1])
+	}
+	for _, m := range cmdRE.FindAllStringSubmatch(string(ci), -1) {
+		inCI = append(inCI, m[1])
+	}
+	if len(inReadme) != 2 || !slices.Equal(inReadme, inCI) {
+		t.Errorf("the README's test commands %q are not .ci/run's %q", inReadme, inCI)
+	}
+	for _, v := range testVariables {
+		if !strings.Contains(string(readme), "| `"+v.name+"` |") {
+			t.Errorf("the README's table of test variables has no row for %s", v.name)
+		}
+	}
+	if strings.Contains(string(readme), "nothing but Go") {
+		t.Error(`the README says the tests need "nothing but Go"; a first run needs the Go module proxy too`)
+	}
+}
+
+// TestTestBinaryNamesUnsetVariables: the test binary says first, in one
+// line on stderr, which PETSTORE_TEST_* variables are unset and so which
+// tests skip: the README's test command shows that line.
+func TestTestBinaryNamesUnsetVariables(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PETSTORE_TEST_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, postgresEnv+"=postgres://u:secret@127.0.0.1:1/none")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v: %s", err, stderr.String())
+	}
+	first, _, _ := strings.Cut(stderr.String(), "\n")
+	for _, v := range []string{redisEnv, browserEnv, promtoolEnv, codegenEnv} {
+		if !strings.Contains(first, v) {
+			t.Errorf("the first line does not name %s, which is unset: %q", v, first)
+		}
+	}
+	if strings.Contains(first, postgresEnv) || strings.Contains(first, "secret") {
+		t.Errorf("the first line names %s, which is set (or shows its value): %q", postgresEnv, first)
 	}
 }
 
