@@ -27,39 +27,96 @@ func usagef(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
 }
 
-const usageText = `petstore: the pet store API server
+// command is one command of the command line: its name, what follows the
+// name on its usage line (required flags, then [flags] if it has others,
+// then its arguments) and what it does.
+type command struct{ name, args, about string }
 
-Usage:
-  petstore serve [--db PATH|URL] [--db-max-conns N] [--addr HOST:PORT] [--admin-addr HOST:PORT] [--env production|staging]
-                 [--public-url URL] [--trust-proxy] [--anon-rpm N] [--max-addrs N]
-                 [--ban-threshold N] [--ban-duration D] [--ban-hold D] [--idempotency-ttl D]
-                 [--redis URL] [--redis-timeout D] [--redis-prefix TEXT] [--cors-origins LIST]
-                 [--pets-deprecated-at DATE] [--pets-sunset-at DATE] [--busy-timeout D] [--shutdown-timeout D]
-                 [--read-header-timeout D] [--read-timeout D] [--write-timeout D] [--idle-timeout D]
-                 [--log-format text|json] [--log-level debug|info|warn|error]
-  petstore keys create --plan free|pro|business|enterprise [--name TEXT] [--rpm N --rpd N] [--env ENV]
-                       [--scope read|write] [--expires DURATION|DATE] [--json]
-  petstore keys list [--json]
-  petstore keys rotate ID [--overlap DURATION] [--json]
-  petstore keys revoke ID
-  petstore keys unban ID
-  petstore backup DEST
-  petstore copy --from PATH|URL --to PATH|URL
-  petstore migrate
-  petstore version
+// commands is the command table: 'petstore help' lists it, and each
+// command's -h begins with its line.
+var commands = []command{
+	{"serve", "[flags]", "Serves the API until SIGINT or SIGTERM, and the metrics and health checks on --admin-addr."},
+	{"keys create", "--plan " + strings.Join(planNames(), "|") + " [flags]",
+		"Creates an API key and shows it this once: the key alone on stdout, what it is on stderr."},
+	{"keys list", "[flags]", "Lists the keys: limits, environment, scope, expiry, requests today, last use and state."},
+	{"keys rotate", "[flags] ID", "Makes a new key in place of key ID; key ID keeps working for --overlap."},
+	{"keys revoke", "[flags] ID", "Revokes key ID for good."},
+	{"keys unban", "[flags] ID", "Lifts the ban of key ID and of the keys rotated from or into it."},
+	{"backup", "[flags] DEST", "Copies the SQLite database, also while serve runs on it, into DEST, a file that must not exist."},
+	{"copy", "--from PATH --to PATH", "Copies every row of one database into another, empty one: SQLite to PostgreSQL or back."},
+	{"migrate", "[flags]", "Brings the database's schema up to this version's, and prints the schema version."},
+	{"version", "", "Prints the version of petstore."},
+}
 
-Every command takes --db PATH (default petstore.db): a SQLite file, or a
-postgres:// URL (the PG* variables and ~/.pgpass fill in what it leaves
-out, so that a password need not be on the command line). Every flag can also be
-set as PETSTORE_<FLAG> in the environment (--public-url: PETSTORE_PUBLIC_URL);
-a flag on the command line wins. 'petstore COMMAND -h' lists a command's flags.
-`
+// usageLine is the usage line of the command called name.
+func usageLine(name string) string {
+	for _, c := range commands {
+		if c.name == name {
+			return strings.TrimSpace("petstore " + c.name + " " + c.args)
+		}
+	}
+	panic("no command " + name + " in the command table")
+}
+
+// printUsage prints petstore's usage: the command lines of those whose
+// name begins with prefix ("" for all, "keys " for the keys commands).
+func printUsage(w io.Writer, usage, prefix string) {
+	fmt.Fprintf(w, "usage: %s\n\n", usage)
+	for _, c := range commands {
+		if strings.HasPrefix(c.name, prefix) {
+			fmt.Fprintf(w, "  %s\n", usageLine(c.name))
+		}
+	}
+	fmt.Fprint(w, `
+Every command that opens one database takes --db PATH (default petstore.db):
+a SQLite file, or a postgres:// URL (the PG* variables and ~/.pgpass fill in
+what it leaves out, so that a password need not be on the command line).
+Every flag can also be set as PETSTORE_<FLAG> in the environment
+(--public-url: PETSTORE_PUBLIC_URL); a flag on the command line wins. A
+DURATION is written as 90s, 15m or 1h30m.
+'petstore COMMAND -h' says what a command does and what each flag takes.
+`)
+}
+
+// printHelp prints what -h shows for the command fs parses: its usage
+// line, what it does, and each flag with what it takes (the word in
+// backquotes in its usage, as flag.PrintDefaults reads it) and its
+// default. A flag with an empty usage is accepted and not shown.
+func printHelp(fs *flag.FlagSet, w io.Writer) {
+	name := cmdName(fs)
+	about := ""
+	for _, c := range commands {
+		if c.name == name {
+			about = c.about
+		}
+	}
+	fmt.Fprintf(w, "usage: %s\n\n%s\n", usageLine(name), about)
+	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Usage != "" {
+			shown.Var(f.Value, f.Name, f.Usage)
+			shown.Lookup(f.Name).DefValue = f.DefValue // -h may follow a flag given a value
+		}
+	})
+	if hasFlags(shown) {
+		fmt.Fprintf(w, "\nflags (each also read from PETSTORE_<FLAG>):\n")
+		shown.SetOutput(w)
+		shown.PrintDefaults()
+	}
+}
+
+// hasFlags reports whether fs defines any flag.
+func hasFlags(fs *flag.FlagSet) bool {
+	has := false
+	fs.VisitAll(func(*flag.Flag) { has = true })
+	return has
+}
 
 // run is the whole program: it parses args (without the program name) and
 // runs the command they name.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usageText)
+		printUsage(stderr, topUsage, "")
 		return usagef("no command given")
 	}
 	cmd, rest := args[0], args[1:]
@@ -76,14 +133,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runCopy(ctx, rest, getenv, stdout)
 	case "version":
 		fs := newFlagSet("version")
-		dbFlag(fs) // "All subcommands take --db"; version does not open it
+		fs.String("db", "", "") // "All subcommands take --db"; version ignores it, and -h does not show it
 		if _, err := parseFlags(fs, rest, getenv, stdout, 0); err != nil {
 			return helpIsNoError(err)
 		}
 		fmt.Fprintln(stdout, "petstore", buildVersion())
 		return nil
 	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, usageText)
+		printUsage(stdout, topUsage, "")
 		return nil
 	}
 	return usagef("unknown command %q; run 'petstore help'", cmd)
@@ -104,8 +161,22 @@ func cmdName(fs *flag.FlagSet) string {
 	return strings.TrimPrefix(fs.Name(), "petstore ")
 }
 
+// topUsage is the usage line of petstore itself.
+const topUsage = "petstore COMMAND [flags] [ARGUMENTS]"
+
+// dbUsage is the help of --db.
+const dbUsage = "the database: the `PATH` of a SQLite file, or a postgres:// URL"
+
 func dbFlag(fs *flag.FlagSet) *string {
-	return fs.String("db", "petstore.db", "the SQLite database `file`, or a postgres:// URL")
+	return fs.String("db", "petstore.db", dbUsage)
+}
+
+// orList writes names as "a, b or c", for messages.
+func orList(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // checkDBPath refuses a --db that names neither a PostgreSQL database nor a
@@ -147,9 +218,7 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string, std
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				fmt.Fprintf(stdout, "Usage of %s:\n", fs.Name())
-				fs.SetOutput(stdout)
-				fs.PrintDefaults()
+				printHelp(fs, stdout)
 				return nil, errHelp
 			}
 			return nil, usagef("%s: %v", cmdName(fs), err)
@@ -188,7 +257,7 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string, std
 
 func checkEnv(env string) error {
 	if !slices.Contains(environments, env) {
-		return usagef("--env must be production or staging, got %q", env)
+		return usagef("--env must be %s, got %q", orList(environments), env)
 	}
 	return nil
 }
@@ -253,8 +322,8 @@ func (cfg *serveConfig) validate() error {
 		return usagef("--ban-duration must be at least 1s, got %v", cfg.banDuration)
 	case cfg.banHold < 0 || cfg.banHold > maxBanHold:
 		return usagef("--ban-hold must be 0 to %v, got %v", maxBanHold, cfg.banHold)
-	case cfg.logFormat != "text" && cfg.logFormat != "json":
-		return usagef("--log-format must be text or json, got %q", cfg.logFormat)
+	case !slices.Contains(logFormats, cfg.logFormat):
+		return usagef("--log-format must be %s, got %q", orList(logFormats), cfg.logFormat)
 	case cfg.shutdownTimeout < 0:
 		return usagef("--shutdown-timeout must not be negative, got %v", cfg.shutdownTimeout)
 	case cfg.dbMaxConns < 1:
@@ -305,35 +374,36 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 func parseServe(args []string, getenv func(string) string, stdout io.Writer) (serveConfig, error) {
 	fs := newFlagSet("serve")
 	var cfg serveConfig
-	fs.StringVar(&cfg.db, "db", "petstore.db", "the SQLite database `file`, or a postgres:// URL")
-	fs.IntVar(&cfg.dbMaxConns, "db-max-conns", defaultMaxConns, "PostgreSQL connections this instance opens at most; instances x this must stay below the server's max_connections")
-	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "`host:port` to listen on; loopback by default, so a first run is not open to the network (:8080 listens on every interface)")
-	fs.StringVar(&cfg.env, "env", "production", "environment: production or staging; only its keys are accepted")
+	fs.StringVar(&cfg.db, "db", "petstore.db", dbUsage)
+	fs.IntVar(&cfg.dbMaxConns, "db-max-conns", defaultMaxConns, "PostgreSQL connections this instance opens at most, `N`; instances x N must stay below the server's max_connections")
+	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "`HOST:PORT` to listen on; loopback by default, so a first run is not open to the network (:8080 listens on every interface)")
+	fs.StringVar(&cfg.env, "env", "production", "the environment whose keys are accepted, `"+strings.Join(environments, "|")+"`")
 	fs.StringVar(&cfg.publicURL, "public-url", "http://localhost:8080/v1", "the base `URL` clients use, advertised in the OpenAPI document")
-	fs.StringVar(&cfg.adminAddr, "admin-addr", "127.0.0.1:9090", "`host:port` of the admin listener (metrics, health); empty or off turns it off")
+	fs.StringVar(&cfg.adminAddr, "admin-addr", "127.0.0.1:9090", "`HOST:PORT` of the admin listener (metrics, health); empty or off turns it off")
 	fs.BoolVar(&cfg.trustProxy, "trust-proxy", false, "take the client address from the last X-Forwarded-For entry")
-	fs.Int64Var(&cfg.anonRPM, "anon-rpm", 60, "requests per minute for each client address without a valid key")
-	fs.IntVar(&cfg.maxAddrs, "max-addrs", 100_000, "client addresses whose rate limits are tracked at most")
-	fs.Int64Var(&cfg.banThreshold, "ban-threshold", 60, "refused requests within a minute that get a key banned")
-	fs.DurationVar(&cfg.banDuration, "ban-duration", 15*time.Minute, "how long a ban lasts")
-	fs.DurationVar(&cfg.banHold, "ban-hold", defaultBanHold, "how long a banned key's request waits for its 429, so that a client looping on it sends few; 0: none")
+	fs.Int64Var(&cfg.anonRPM, "anon-rpm", 60, "requests per minute, `N`, for each client address without a valid key")
+	fs.IntVar(&cfg.maxAddrs, "max-addrs", 100_000, "client addresses whose rate limits are tracked at most, `N`")
+	fs.Int64Var(&cfg.banThreshold, "ban-threshold", 60, "refused requests within a minute, `N`, that get a key banned")
+	fs.DurationVar(&cfg.banDuration, "ban-duration", 15*time.Minute, "how long a ban lasts, a `DURATION`")
+	fs.DurationVar(&cfg.banHold, "ban-hold", defaultBanHold, "how long a banned key's request waits for its 429, a `DURATION` (0: none), so that a client looping on it sends few")
 	cfg.petsDeprecatedAt = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	cfg.petsSunsetAt = time.Date(2027, 7, 1, 0, 0, 0, 0, time.UTC)
-	fs.Var((*dateFlag)(&cfg.petsDeprecatedAt), "pets-deprecated-at", "when GET /v1/pets/{petId} was deprecated: YYYY-MM-DD (00:00 UTC) or RFC 3339")
-	fs.Var((*dateFlag)(&cfg.petsSunsetAt), "pets-sunset-at", "when GET /v1/pets/{petId} stops working (410): YYYY-MM-DD (00:00 UTC) or RFC 3339")
+	fs.Var((*dateFlag)(&cfg.petsDeprecatedAt), "pets-deprecated-at", "when GET /v1/pets/{petId} was deprecated: a `DATE` (YYYY-MM-DD, 00:00 UTC) or an RFC 3339 time")
+	fs.Var((*dateFlag)(&cfg.petsSunsetAt), "pets-sunset-at", "when GET /v1/pets/{petId} stops working (410): a `DATE` (YYYY-MM-DD, 00:00 UTC) or an RFC 3339 time")
 	fs.StringVar(&cfg.redis, "redis", "", "a redis:// or rediss:// `URL`: rate limits shared by every instance that uses it; empty keeps them in this process")
-	fs.DurationVar(&cfg.redisTimeout, "redis-timeout", defaultRedisTimeout, "how long a request waits for Redis before this instance falls back to its own limits")
-	fs.StringVar(&cfg.redisPrefix, "redis-prefix", "petstore:", "what the names of petstore's keys in Redis begin with")
-	fs.StringVar(&cfg.corsOrigins, "cors-origins", "", "browser `origins` that may call the API: a comma-separated list of scheme://host[:port], or *; empty: none")
-	fs.DurationVar(&cfg.idempotencyTTL, "idempotency-ttl", defaultIdemTTL, "how long the answer to a POST sent with an Idempotency-Key is kept for its retries")
-	fs.DurationVar(&cfg.busyTimeout, "busy-timeout", defaultBusyTimeout, "how long an operation waits for the database (a SQLite lock another process holds; PostgreSQL's connection, locks and answer) before it answers 503")
-	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long requests in flight may take to finish on SIGTERM")
-	fs.DurationVar(&cfg.readHeaderTimeout, "read-header-timeout", 5*time.Second, "how long a client may take to send its request headers")
-	fs.DurationVar(&cfg.readTimeout, "read-timeout", 30*time.Second, "how long a client may take to send a whole request")
-	fs.DurationVar(&cfg.writeTimeout, "write-timeout", 60*time.Second, "how long writing a response may take")
-	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle keep-alive connection stays open")
-	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format: text or json")
-	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	fs.DurationVar(&cfg.redisTimeout, "redis-timeout", defaultRedisTimeout, "how long a request waits for Redis, a `DURATION`, before this instance falls back to its own limits")
+	fs.StringVar(&cfg.redisPrefix, "redis-prefix", "petstore:", "the `TEXT` the names of petstore's keys in Redis begin with")
+	fs.StringVar(&cfg.corsOrigins, "cors-origins", "", "browser origins that may call the API: a comma-separated `LIST` of scheme://host[:port], or *; empty: none")
+	fs.DurationVar(&cfg.idempotencyTTL, "idempotency-ttl", defaultIdemTTL, "how long the answer to a POST sent with an Idempotency-Key is kept for its retries, a `DURATION`")
+	fs.DurationVar(&cfg.busyTimeout, "busy-timeout", defaultBusyTimeout, "how long an operation waits for the database (a SQLite lock another process holds; PostgreSQL's connection, locks and answer), a `DURATION`, before it answers 503")
+	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long requests in flight may take to finish on SIGTERM, a `DURATION`")
+	fs.DurationVar(&cfg.readHeaderTimeout, "read-header-timeout", 5*time.Second, "how long a client may take to send its request headers, a `DURATION`")
+	fs.DurationVar(&cfg.readTimeout, "read-timeout", 30*time.Second, "how long a client may take to send a whole request, a `DURATION`")
+	fs.DurationVar(&cfg.writeTimeout, "write-timeout", 60*time.Second, "how long writing a response may take, a `DURATION`")
+	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle keep-alive connection stays open, a `DURATION`")
+	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format, `"+strings.Join(logFormats, "|")+"`")
+	cfg.logLevel = slog.LevelInfo
+	fs.Var(levelFlag{&cfg.logLevel}, "log-level", "log level, `"+strings.Join(logLevelNames(), "|")+"`")
 	if _, err := parseFlags(fs, args, getenv, stdout, 0); err != nil {
 		return serveConfig{}, err
 	}
@@ -354,7 +424,14 @@ func checkHostPort(addr string) error {
 // as an RFC 3339 timestamp.
 type dateFlag time.Time
 
-func (d *dateFlag) String() string { return time.Time(*d).UTC().Format(time.RFC3339) }
+// String writes a time at 00:00 UTC as its date, as the docs write it.
+func (d *dateFlag) String() string {
+	t := time.Time(*d).UTC()
+	if t.Equal(t.Truncate(24 * time.Hour)) {
+		return t.Format(time.DateOnly)
+	}
+	return t.Format(time.RFC3339)
+}
 
 func (d *dateFlag) Set(s string) error {
 	t, err := time.Parse(time.DateOnly, s)
@@ -367,6 +444,35 @@ func (d *dateFlag) Set(s string) error {
 	*d = dateFlag(t.UTC())
 	return nil
 }
+
+// logFormats are the values of --log-format.
+var logFormats = []string{"text", "json"}
+
+// logLevels are the levels --log-level names; it takes slog's spellings
+// (INFO, info, warn+2) too.
+var logLevels = []slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError}
+
+func logLevelNames() []string {
+	var names []string
+	for _, l := range logLevels {
+		names = append(names, strings.ToLower(l.String()))
+	}
+	return names
+}
+
+// levelFlag is the flag.Value of --log-level: slog's level, written in
+// lower case as the docs write it. Its zero value writes nothing, so that
+// -h shows the default (info) however the level is set.
+type levelFlag struct{ l *slog.Level }
+
+func (f levelFlag) String() string {
+	if f.l == nil {
+		return ""
+	}
+	return strings.ToLower(f.l.String())
+}
+
+func (f levelFlag) Set(s string) error { return f.l.UnmarshalText([]byte(s)) }
 
 func helpIsNoError(err error) error {
 	if errors.Is(err, errHelp) {

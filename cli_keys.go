@@ -1,4 +1,4 @@
-// cli_keys.go owns the keys commands: create, list, revoke and unban.
+// cli_keys.go owns the keys commands: create, list, rotate, revoke and unban.
 
 package main
 
@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -19,25 +20,24 @@ import (
 
 func runKeys(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("keys: want a subcommand: create, list, rotate, revoke or unban")
+		return usagef("keys: want a subcommand: %s", orList(keySubcommands()))
 	}
 	sub, args := args[0], args[1:]
 	if sub == "-h" || sub == "-help" || sub == "--help" || sub == "help" {
-		fmt.Fprint(stdout, "usage: petstore keys create|list|rotate|revoke|unban [flags]\n"+
-			"petstore keys SUBCOMMAND -h lists a subcommand's flags.\n")
+		printUsage(stdout, "petstore keys SUBCOMMAND [flags] [ID]", "keys ")
 		return nil
 	}
 	fs := newFlagSet("keys " + sub)
 	db := dbFlag(fs)
 	switch sub {
 	case "create":
-		planName := fs.String("plan", "", "the key's plan: free, pro, business or enterprise (required)")
-		name := fs.String("name", "", "a `name` to recognise the key by")
-		rpm := fs.Int64("rpm", 0, "requests per minute (enterprise only, required there)")
-		rpd := fs.Int64("rpd", 0, "requests per day (enterprise only, required there)")
-		env := fs.String("env", "production", "the key's environment: production or staging")
-		scope := fs.String("scope", scopeWrite, "write, or read: GET and HEAD only (a POST is 403)")
-		expires := fs.String("expires", "", "when the key stops working: a duration from now (`90d`, 12h) or a time (2027-01-01 at 00:00 UTC, or RFC 3339); empty: never")
+		planName := fs.String("plan", "", "the key's plan, `"+strings.Join(planNames(), "|")+"` (required)")
+		name := fs.String("name", "", "a name to recognise the key by, a `TEXT` of at most 100 characters")
+		rpm := fs.Int64("rpm", 0, "requests per minute, `N` (enterprise only, required there)")
+		rpd := fs.Int64("rpd", 0, "requests per day, `N` (enterprise only, required there)")
+		env := fs.String("env", "production", "the key's environment, `"+strings.Join(environments, "|")+"`")
+		scope := fs.String("scope", scopeWrite, "the key's scope, `"+strings.Join(keyScopes, "|")+"`: read allows GET and HEAD only (a POST is 403)")
+		expires := fs.String("expires", "", "`WHEN` the key stops working: a duration from now (90d, 12h), a date (2027-01-01, 00:00 UTC) or an RFC 3339 time; empty: never")
 		asJSON := fs.Bool("json", false, "print a JSON object instead of the key alone")
 		if _, err := parseFlags(fs, args, getenv, stdout, 0); err != nil {
 			return helpIsNoError(err)
@@ -48,8 +48,8 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 		if utf8.RuneCountInString(*name) > maxNameLen || !utf8.ValidString(*name) || strings.IndexFunc(*name, unicode.IsControl) >= 0 {
 			return usagef("keys create: --name must be at most %d characters of UTF-8 without control characters", maxNameLen)
 		}
-		if *scope != scopeWrite && *scope != scopeRead {
-			return usagef("keys create: --scope must be read or write, got %q", *scope)
+		if !slices.Contains(keyScopes, *scope) {
+			return usagef("keys create: --scope must be %s, got %q", orList(keyScopes), *scope)
 		}
 		expiresAt, err := parseExpiry(*expires, clockOf(ctx)())
 		if err != nil {
@@ -66,7 +66,7 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 		}
 		return withStore(ctx, *db, false, func(s Store) error { return keysList(ctx, s, *asJSON, stdout) })
 	case "rotate":
-		overlap := fs.Duration("overlap", 24*time.Hour, "how long the old key keeps working beside the new one")
+		overlap := fs.Duration("overlap", 24*time.Hour, "how long the old key keeps working beside the new one, a `DURATION`")
 		asJSON := fs.Bool("json", false, "print a JSON object instead of the key alone")
 		pos, err := parseFlags(fs, args, getenv, stdout, 1)
 		if err != nil {
@@ -106,7 +106,18 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 			return err
 		})
 	}
-	return usagef("keys: unknown subcommand %q: want create, list, rotate, revoke or unban", sub)
+	return usagef("keys: unknown subcommand %q: want %s", sub, orList(keySubcommands()))
+}
+
+// keySubcommands returns the subcommands of keys, from the command table.
+func keySubcommands() []string {
+	var subs []string
+	for _, c := range commands {
+		if sub, ok := strings.CutPrefix(c.name, "keys "); ok {
+			subs = append(subs, sub)
+		}
+	}
+	return subs
 }
 
 // withStore runs do on the migrated database at path, then closes it.
@@ -133,10 +144,10 @@ func withStore(ctx context.Context, path string, create bool, do func(Store) err
 // --rpd with enterprise only.
 func checkKeyPlan(fs *flag.FlagSet, planName string, rpm, rpd int64, env string) error {
 	if planName == "" {
-		return usagef("keys create: --plan is required: free, pro, business or enterprise")
+		return usagef("keys create: --plan is required: %s", orList(planNames()))
 	}
 	if _, ok := planByName(planName); !ok {
-		return usagef("keys create: unknown plan %q: want free, pro, business or enterprise", planName)
+		return usagef("keys create: unknown plan %q: want %s", planName, orList(planNames()))
 	}
 	// Visit sees values from the environment too: Set marks them as given.
 	given := map[string]bool{}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -602,5 +603,87 @@ func TestMigrationDropsAutoincrement(t *testing.T) {
 	wantError(t, ts.do(t, "POST", "/v1/pets", key, `{"name":"Ghost","categoryId":4}`), 400, "validation_failed") // no category 4: the key is enforced
 	if r := ts.do(t, "POST", "/v1/store/orders", key, `{"petId":4,"quantity":1}`); r.status != 201 || !strings.Contains(string(r.body), `"id":3`) {
 		t.Errorf("a new order: %d %s, want 201 and id 3", r.status, r.body)
+	}
+}
+
+// TestHelpTexts: 'petstore help', 'petstore -h' and every command's -h
+// exit 0 and begin with the usage line, arguments included; each flag
+// listed says what it takes (no Go type name such as "string" or "value"),
+// no command lists a flag it ignores, the default of --log-level is
+// written as the docs write it, and the lists of plans, scopes and
+// environments are the tables in the code.
+func TestHelpTexts(t *testing.T) {
+	var names []string
+	for _, p := range plans {
+		names = append(names, p.Name)
+	}
+	plansList := strings.Join(names, "|")
+	cases := []struct {
+		args  []string
+		usage string
+	}{
+		{[]string{"help"}, "usage: petstore COMMAND [flags] [ARGUMENTS]\n"},
+		{[]string{"-h"}, "usage: petstore COMMAND [flags] [ARGUMENTS]\n"},
+		{[]string{"--help"}, "usage: petstore COMMAND [flags] [ARGUMENTS]\n"},
+		{[]string{"serve", "-h"}, "usage: petstore serve [flags]\n"},
+		{[]string{"keys", "-h"}, "usage: petstore keys SUBCOMMAND [flags] [ID]\n"},
+		{[]string{"keys", "create", "-h"}, "usage: petstore keys create --plan " + plansList + " [flags]\n"},
+		{[]string{"keys", "list", "--help"}, "usage: petstore keys list [flags]\n"},
+		{[]string{"keys", "rotate", "-h"}, "usage: petstore keys rotate [flags] ID\n"},
+		{[]string{"keys", "revoke", "3", "-h"}, "usage: petstore keys revoke [flags] ID\n"},
+		{[]string{"keys", "unban", "-help"}, "usage: petstore keys unban [flags] ID\n"},
+		{[]string{"backup", "-h"}, "usage: petstore backup [flags] DEST\n"},
+		{[]string{"copy", "-h"}, "usage: petstore copy --from PATH --to PATH\n"},
+		{[]string{"migrate", "-h"}, "usage: petstore migrate [flags]\n"},
+		{[]string{"version", "-h"}, "usage: petstore version\n"},
+	}
+	flagRE := regexp.MustCompile(`(?m)^  -([a-z-]+)(?: (\S+))?\n`)
+	goTypeNames := map[string]bool{"string": true, "int": true, "int64": true, "uint": true, "float": true, "duration": true, "value": true}
+	for _, c := range cases {
+		out, errOut, err := runCLI(t, nil, c.args...)
+		if err != nil || errOut != "" {
+			t.Errorf("%v: %v, stderr %q; want exit 0 and nothing on stderr", c.args, err, errOut)
+		}
+		if !strings.HasPrefix(out, c.usage) {
+			t.Errorf("%v does not begin with %q:\n%s", c.args, c.usage, out)
+		}
+		takes := map[string]string{}
+		for _, m := range flagRE.FindAllStringSubmatch(out, -1) {
+			takes[m[1]] = m[2]
+			if goTypeNames[m[2]] {
+				t.Errorf("%v: -%s takes %q, a Go type, not what to write", c.args, m[1], m[2])
+			}
+		}
+		switch strings.Join(c.args[:len(c.args)-1], " ") {
+		case "version":
+			if len(takes) != 0 {
+				t.Errorf("version -h lists flags %v, which version ignores:\n%s", takes, out)
+			}
+		case "serve":
+			if takes["log-level"] != "debug|info|warn|error" || !regexp.MustCompile(`\n\s+log level[^\n]*\(default info\)\n`).MatchString(out) {
+				t.Errorf("serve -h: -log-level takes %q; want debug|info|warn|error with (default info):\n%s", takes["log-level"], out)
+			}
+			if takes["env"] != strings.Join(environments, "|") {
+				t.Errorf("serve -h: -env takes %q, want the environments %v", takes["env"], environments)
+			}
+		case "keys create":
+			if takes["plan"] != plansList {
+				t.Errorf("keys create -h: -plan takes %q, want the plans table %q", takes["plan"], plansList)
+			}
+			if scopes := strings.Split(takes["scope"], "|"); !slices.Equal(slices.Sorted(slices.Values(scopes)), []string{scopeRead, scopeWrite}) {
+				t.Errorf("keys create -h: -scope takes %q, want the scopes %s and %s", takes["scope"], scopeRead, scopeWrite)
+			}
+			if takes["env"] != strings.Join(environments, "|") {
+				t.Errorf("keys create -h: -env takes %q, want the environments %v", takes["env"], environments)
+			}
+		case "keys revoke 3", "keys rotate", "keys unban", "backup", "keys list", "migrate":
+			if takes["db"] == "" {
+				t.Errorf("%v lists no -db:\n%s", c.args, out)
+			}
+		case "":
+			if !strings.Contains(out, "\n  petstore keys create --plan "+plansList+" [flags]\n") {
+				t.Errorf("%v does not list keys create with the plans table %q:\n%s", c.args, plansList, out)
+			}
+		}
 	}
 }

@@ -84,8 +84,8 @@ type copier interface {
 
 func runCopy(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	fs := newFlagSet("copy")
-	from := fs.String("from", "", "the database to copy: a SQLite `file` or a postgres:// URL; nothing may serve it meanwhile")
-	to := fs.String("to", "", "the database to fill: a new SQLite `file`, or an empty PostgreSQL database")
+	from := fs.String("from", "", "the database to copy: the `PATH` of a SQLite file, or a postgres:// URL; nothing may serve it meanwhile")
+	to := fs.String("to", "", "the database to fill: the `PATH` of a new SQLite file, or the postgres:// URL of an empty database")
 	if _, err := parseFlags(fs, args, getenv, stdout, 0); err != nil {
 		return helpIsNoError(err)
 	}

@@ -28,6 +28,15 @@ func planByName(name string) (plan, bool) {
 	return plan{}, false
 }
 
+// planNames returns the names of the plans, in the table's order.
+func planNames() []string {
+	names := make([]string, len(plans))
+	for i, p := range plans {
+		names[i] = p.Name
+	}
+	return names
+}
+
 // planLimits returns the per-minute and per-day limits of a key of the
 // named plan: the plan's own, or for enterprise (and an unknown plan) the
 // key's stored rpm and rpd.

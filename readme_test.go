@@ -2,15 +2,18 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestReadmeListsEveryServeFlag: each flag of serve has a row in the
-// README's flags table, with its variable and, where the help text and the
-// table write it alike, its default.
+// README's flags table, with its variable and the default serve -h gives
+// (a duration may be written another way: 60s for 1m0s).
 func TestReadmeListsEveryServeFlag(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
@@ -22,14 +25,14 @@ func TestReadmeListsEveryServeFlag(t *testing.T) {
 			rows = append(rows, line)
 		}
 	}
-	var help strings.Builder
-	if _, err := parseServe([]string{"-h"}, envFrom(nil), &help); err != errHelp {
+	help, _, err := runCLI(t, nil, "serve", "-h")
+	if err != nil {
 		t.Fatalf("serve -h: %v", err)
 	}
-	flagRE := regexp.MustCompile(`(?m)^  -([a-z-]+)[^\n]*\n\s+[^\n]*?(?:\(default ("[^"]*"|\d+)\))?$`)
-	found := flagRE.FindAllStringSubmatch(help.String(), -1)
+	flagRE := regexp.MustCompile(`(?m)^  -([a-z-]+)[^\n]*\n\s+[^\n]*?(?:\(default ("[^"]*"|[^)]+)\))?$`)
+	found := flagRE.FindAllStringSubmatch(help, -1)
 	if len(found) < 20 {
-		t.Fatalf("read %d flags from serve -h, want them all:\n%s", len(found), help.String())
+		t.Fatalf("read %d flags from serve -h, want them all:\n%s", len(found), help)
 	}
 	for _, m := range found {
 		name, def := m[1], strings.Trim(m[2], `"`)
@@ -43,9 +46,108 @@ func TestReadmeListsEveryServeFlag(t *testing.T) {
 		switch {
 		case i < 0:
 			t.Errorf("the README's flags table has no row for --%s (%s)", name, env)
-		case def != "" && !strings.Contains(rows[i], "`"+def+"`"):
+		case def != "" && !strings.Contains(rows[i], "`"+def+"`") && !sameDuration(def, rows[i]):
 			t.Errorf("the README's row of --%s does not give its default `%s`: %s", name, def, rows[i])
 		}
+	}
+}
+
+// sameDuration reports whether def is a duration that row writes, in
+// backquotes, in some way of its own.
+func sameDuration(def, row string) bool {
+	d, err := time.ParseDuration(def)
+	if err != nil {
+		return false
+	}
+	for _, m := range regexp.MustCompile("`([0-9a-z.]+)`").FindAllStringSubmatch(row, -1) {
+		if e, err := time.ParseDuration(m[1]); err == nil && e == d {
+			return true
+		}
+	}
+	return false
+}
+
+// TestReadmeQuotesTheCommandLines: the command lines the README gives
+// under "Keys and the command line" are those 'petstore help' prints.
+func TestReadmeQuotesTheCommandLines(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "\n## Keys and the command line\n\n```\n")
+	block, _, _ := strings.Cut(section, "```\n")
+	help, _, err := runCLI(t, nil, "help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for line := range strings.SplitSeq(help, "\n") {
+		if strings.HasPrefix(line, "  petstore ") {
+			lines = append(lines, strings.TrimPrefix(line, "  ")+"\n")
+		}
+	}
+	if want := strings.Join(lines, ""); len(lines) < 10 || block != want {
+		t.Errorf("the README's command lines are\n%s\npetstore help's are\n%s", block, want)
+	}
+}
+
+// TestReadmeTestCommands: the README's two test commands are the ones
+// .ci/run runs; the README names every variable that the test binary's
+// first line reports unset, and says the first run needs the module proxy.
+func TestReadmeTestCommands(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := os.ReadFile(".ci/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmdRE := regexp.MustCompile(`(?m)^\s*(go test -race[^#\n]*?)\s*(?:#.*)?$`)
+	var inReadme, inCI []string
+	for _, m := range cmdRE.FindAllStringSubmatch(string(readme), -1) {
+		inReadme = append(inReadme, m[1])
+	}
+	for _, m := range cmdRE.FindAllStringSubmatch(string(ci), -1) {
+		inCI = append(inCI, m[1])
+	}
+	if len(inReadme) != 2 || !slices.Equal(inReadme, inCI) {
+		t.Errorf("the README's test commands %q are not .ci/run's %q", inReadme, inCI)
+	}
+	for _, v := range testVariables {
+		if !strings.Contains(string(readme), "| `"+v.name+"` |") {
+			t.Errorf("the README's table of test variables has no row for %s", v.name)
+		}
+	}
+	if strings.Contains(string(readme), "nothing but Go") {
+		t.Error(`the README says the tests need "nothing but Go"; a first run needs the Go module proxy too`)
+	}
+}
+
+// TestTestBinaryNamesUnsetVariables: the test binary says first, in one
+// line on stderr, which PETSTORE_TEST_* variables are unset and so which
+// tests skip: the README's test command shows that line.
+func TestTestBinaryNamesUnsetVariables(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PETSTORE_TEST_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, postgresEnv+"=postgres://u:secret@127.0.0.1:1/none")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v: %s", err, stderr.String())
+	}
+	first, _, _ := strings.Cut(stderr.String(), "\n")
+	for _, v := range []string{redisEnv, browserEnv, promtoolEnv, codegenEnv} {
+		if !strings.Contains(first, v) {
+			t.Errorf("the first line does not name %s, which is unset: %q", v, first)
+		}
+	}
+	if strings.Contains(first, postgresEnv) || strings.Contains(first, "secret") {
+		t.Errorf("the first line names %s, which is set (or shows its value): %q", postgresEnv, first)
 	}
 }
 

@@ -256,6 +256,9 @@ const (
 	scopeRead  = "read"
 )
 
+// keyScopes are the scopes a key may have.
+var keyScopes = []string{scopeRead, scopeWrite}
+
 // usableAt reports whether k, a key not revoked, is still valid at now.
 func (k *apiKey) usableAt(now time.Time) bool {
 	return k.ExpiresAt.IsZero() || now.Before(k.ExpiresAt)
