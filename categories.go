@@ -39,7 +39,9 @@ type newCategory struct {
 }
 
 // validName trims name and checks it against the name rules: 1 to 100
-// code points, no control characters. field names the field in errors.
+// code points, no control characters, no bidi controls or invisible
+// (default-ignorable) code points but the joiner and variation selectors
+// (refusedInName). field names the field in errors.
 func validName(field string, name *string) (string, *apiError) {
 	if name == nil {
 		return "", errorf("validation_failed", "%s is required", field)
@@ -53,6 +55,9 @@ func validName(field string, name *string) (string, *apiError) {
 	}
 	if strings.IndexFunc(n, unicode.IsControl) >= 0 {
 		return "", errorf("validation_failed", "%s must not contain control characters", field)
+	}
+	if r, why, ok := refusedInName(n); ok {
+		return "", errorf("validation_failed", "%s must not contain U+%04X, %s", field, r, why)
 	}
 	return n, nil
 }

@@ -35,6 +35,13 @@ func TestValidName(t *testing.T) {
 		{"NUL", str("a\x00b"), "", "control"},
 		{"C1 control", str("a\u0085b"), "", "control"},
 		{"emoji", str("🐶"), "🐶", ""},
+		{"emoji with a variation selector", str("❤️ pets"), "❤️ pets", ""},
+		{"emoji joined", str("👨\u200d👩\u200d👧"), "👨\u200d👩\u200d👧", ""},
+		{"zero width space", str("dog\u200b"), "", "must not contain U+200B, an invisible"},
+		{"soft hyphen", str("d\u00adog"), "", "U+00AD"},
+		{"right-to-left override", str("\u202edog"), "", "must not contain U+202E, a bidirectional control"},
+		{"byte order mark", str("dog\ufeff"), "", "U+FEFF"},
+		{"word joiner", str("dog\u2060"), "", "U+2060"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

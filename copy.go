@@ -51,7 +51,7 @@ var copyTables = []copyTable{
 		{"expires_at", colTime}, {"scope", colText}, {"replaces", colInt}, {"lineage", colInt}, {"last_used_at", colTime},
 		{"seq", colInt}}, "id"},
 	{"usage", []copyColumn{{"key_id", colInt}, {"day", colDay}, {"count", colInt}}, "key_id, day"},
-	{"categories", []copyColumn{{"id", colInt}, {"name", colText}, {"fold", colText}, {"description", colText}}, "id"},
+	{"categories", []copyColumn{{"id", colInt}, {"name", colText}, {"fold", colText}, {"description", colText}, {"name_cmp", colText}}, "id"},
 	{"pets", []copyColumn{{"id", colInt}, {"name", colText}, {"category_id", colInt}, {"status", colText}}, "id"},
 	{"orders", []copyColumn{{"id", colInt}, {"pet_id", colInt}, {"quantity", colInt}, {"status", colText}, {"created_at", colTime}}, "id"},
 	// The answers kept for retries: a client that retries after the move

@@ -315,14 +315,19 @@ func FuzzFoldName(f *testing.F) {
 	for _, s := range []string{
 		"Dog", "dog", "DOG", "ÉCOLE", "école", "e\u0301cole", "Straße", "STRASSE", "ẞ", "Σίσυφος", "ΣΊΣΥΦΟΣ", "ς",
 		"İstanbul", "ıi", "K", "ǅ", "ǰ", "ΐ", "ﬃ", "α\u0345", "ᾳ", "Å", "Å", "🐶", "", "\u0000", "a\u0307\u0323",
+		"ｄｏｇ", "dog\u200b", "d\u00adog", "\u202edog", "❤️ pets", "👨\u200d👩\u200d👧", "a\u0323\u034f\u0307", "\uffa0", "x²", "㍱",
 	} {
 		f.Add(s)
 	}
+	// Invisible code points to insert: compareName must not see them.
+	ignorables := []rune{0x00AD, 0x034F, 0x200B, 0x200D, 0x2060, 0xFE0F, 0xFEFF, 0x202E, 0x3164, 0xE0001, 0xE0100}
 	f.Fuzz(func(t *testing.T, s string) {
 		if !utf8.ValidString(s) {
 			foldName(s) // must not panic
+			compareName(s)
 			return
 		}
+		checkCompareName(t, s, ignorables)
 		k := foldName(s)
 		if full := foldUnicode(s); k != full {
 			t.Fatalf("foldName(%+q) = %+q, but the full folding gives %+q", s, k, full)
@@ -337,7 +342,52 @@ func FuzzFoldName(f *testing.F) {
 		if fu, fl := foldName(upper), foldName(lower); fu != fl {
 			t.Fatalf("case variants fold apart: foldName(%+q) = %+q, foldName(%+q) = %+q", upper, fu, lower, fl)
 		}
+		if cu, cl := compareName(upper), compareName(lower); cu != cl {
+			t.Fatalf("case variants compare apart: compareName(%+q) = %+q, compareName(%+q) = %+q", upper, cu, lower, cl)
+		}
 	})
+}
+
+// checkCompareName holds compareName, on a valid string s, to its
+// properties: its ASCII shortcut agrees with the full path; it is
+// idempotent and holds no default-ignorable code point; an ignorable
+// inserted anywhere changes nothing; and full-width ASCII compares as
+// ASCII.
+func checkCompareName(t *testing.T, s string, ignorables []rune) {
+	t.Helper()
+	k := compareName(s)
+	if full := compareUnicode(s); k != full {
+		t.Fatalf("compareName(%+q) = %+q, but the full path gives %+q", s, k, full)
+	}
+	if again := compareName(k); again != k {
+		t.Fatalf("compareName is not idempotent: compareName(%+q) = %+q, compareName of that = %+q", s, k, again)
+	}
+	if i := strings.IndexFunc(k, defaultIgnorable); i >= 0 {
+		t.Fatalf("compareName(%+q) = %+q holds an ignorable at byte %d", s, k, i)
+	}
+	// Insert one at a rune boundary that s itself chooses.
+	at := 0
+	if n := utf8.RuneCountInString(s); n > 0 {
+		at = len(s) % (n + 1)
+	}
+	i := 0
+	for range at {
+		_, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+	}
+	ig := ignorables[len(s)%len(ignorables)]
+	if with := s[:i] + string(ig) + s[i:]; compareName(with) != k {
+		t.Fatalf("compareName(%+q) = %+q, but with U+%04X inserted, compareName(%+q) = %+q", s, k, ig, with, compareName(with))
+	}
+	wide := strings.Map(func(r rune) rune {
+		if r >= 0x21 && r <= 0x7E {
+			return r - 0x21 + 0xFF01
+		}
+		return r
+	}, s)
+	if cw := compareName(wide); cw != k {
+		t.Fatalf("full width compares apart: compareName(%+q) = %+q, compareName(%+q) = %+q", s, k, wide, cw)
+	}
 }
 
 // FuzzJSONShape holds checkJSONShape, a one-pass byte scanner, to the

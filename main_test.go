@@ -882,7 +882,11 @@ func schemaOf(t *testing.T, s *sqliteStore) string {
 			t.Fatal(err)
 		}
 		sql = renamed.ReplaceAllString(sql, "CREATE TABLE $1")
-		fmt.Fprintf(&b, "%s %s: %s\n", typ, name, space.ReplaceAllString(comment.ReplaceAllString(sql, ""), " "))
+		sql = space.ReplaceAllString(comment.ReplaceAllString(sql, ""), " ")
+		// ALTER TABLE ... ADD COLUMN appends ", col TYPE" after the last
+		// column's text, before the newline that closed it.
+		sql = strings.ReplaceAll(strings.ReplaceAll(sql, " ,", ","), " )", ")")
+		fmt.Fprintf(&b, "%s %s: %s\n", typ, name, sql)
 	}
 	return b.String()
 }

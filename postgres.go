@@ -42,6 +42,7 @@ type pgStore struct {
 	group             *groupCommitter[*pgBatch]
 	categoriesGen     sharedRead
 	categoryListReads atomic.Uint64
+	names             nameFill // postgres_catalog.go
 }
 
 // isPostgresURL reports whether db names a PostgreSQL database rather than
@@ -160,6 +161,12 @@ func openPostgres(ctx context.Context, db string, o storeOptions) (*pgStore, err
 	}
 	s := &pgStore{pool: pool, now: o.now, busy: o.busy}
 	s.group = newGroupCommitter(s.commitBatch)
+	if o.migrate {
+		if err := s.fillNameCmp(ctx); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
 	return s, nil
 }
 

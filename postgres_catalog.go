@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,9 +50,14 @@ func (b *pgBatch) insertID(noRow error, id *int64, query string, args ...any) {
 }
 
 // refusedBy is the refusal noRow, naming the category that holds the name
-// for a conflict.
+// for a conflict. A category's statement that made no row and found no
+// holder (which its snapshot would show) was stopped by a category without
+// a comparison key: errNamesUnfilled.
 func refusedBy(noRow error, holder *string) error {
 	if errors.Is(noRow, errConflict) {
+		if holder == nil {
+			return errNamesUnfilled
+		}
 		return conflictNamed(holder)
 	}
 	return noRow
@@ -162,24 +168,121 @@ func (s *pgStore) sendBatch(b *pgBatch, deadline time.Time) error {
 // instances take turns under lockCatalog, and an earlier statement of
 // this batch is seen too), but not the row this statement inserts.
 var (
-	pgInsertCategory, pgInsertCategoryKeyed = keyedForm(`INSERT INTO categories (name, fold, description)
-		SELECT $1::text, $2::text, $3::text WHERE true%s ON CONFLICT (fold) DO NOTHING RETURNING id`, 3,
-		`CASE WHEN NOT EXISTS (SELECT 1 FROM made) THEN (SELECT name FROM categories WHERE fold = $2) END`)
+	pgInsertCategory, pgInsertCategoryKeyed = keyedForm(`INSERT INTO categories (name, fold, name_cmp, description)
+		SELECT $1::text, $2::text, $3::text, $4::text
+		WHERE NOT EXISTS (SELECT 1 FROM categories WHERE name_cmp IS NULL AND id > $5::bigint)%s
+		ON CONFLICT DO NOTHING RETURNING id`, 5,
+		`CASE WHEN NOT EXISTS (SELECT 1 FROM made) THEN (SELECT name FROM categories WHERE fold = $2 OR name_cmp = $3 ORDER BY id LIMIT 1) END`)
 	pgInsertPet, pgInsertPetKeyed = keyedForm(`INSERT INTO pets (name, category_id, status)
 		SELECT $1::text, $2::bigint, $3::text WHERE EXISTS (SELECT 1 FROM categories WHERE id = $2)%s RETURNING id`, 3, "")
 	pgInsertOrder, pgInsertOrderKeyed = keyedForm(`INSERT INTO orders (pet_id, quantity, status, created_at)
 		SELECT $1::bigint, $2::integer, $3::text, $4::timestamptz WHERE EXISTS (SELECT 1 FROM pets WHERE id = $1)%s RETURNING id`, 4, "")
 )
 
+// CreateCategory inserts c unless its name is taken under fold or under
+// its comparison key (compareName), or a category without a key was stored
+// after this instance last filled them (nameFill): then it fills them and
+// tries again.
 func (s *pgStore) CreateCategory(ctx context.Context, c Category, fold string, idem *idemWrite[Category]) (Category, error) {
-	err := s.group.write(ctx, func(b *pgBatch) error {
-		pgCreate(b, idem, errConflict, &c.ID, func() Category { return c }, pgInsertCategory, pgInsertCategoryKeyed, c.Name, fold, c.Description)
-		return nil
-	})
-	if err != nil {
-		return Category{}, wrapCreate("insert category", err, describePostgres)
+	cmp := compareName(c.Name)
+	for try := 1; ; try++ {
+		filled := s.names.filled.Load()
+		err := s.group.write(ctx, func(b *pgBatch) error {
+			pgCreate(b, idem, errConflict, &c.ID, func() Category { return c }, pgInsertCategory, pgInsertCategoryKeyed, c.Name, fold, cmp, c.Description, filled)
+			return nil
+		})
+		if errors.Is(err, errNamesUnfilled) && try < 3 {
+			if err := s.fillNameCmp(ctx); err != nil {
+				return Category{}, err
+			}
+			continue
+		}
+		if errors.Is(err, errNamesUnfilled) { // older instances writing faster than this one fills
+			err = fmt.Errorf("%w: %w", errUnavailable, err)
+		}
+		if err != nil {
+			return Category{}, wrapCreate("insert category", err, describePostgres)
+		}
+		return c, nil
 	}
-	return c, nil
+}
+
+// errNamesUnfilled refuses a create, for now, because a category without
+// a comparison key may hold its name: one that an instance of schema 7 or
+// 8 stored during a rolling upgrade, after this instance last filled keys.
+var errNamesUnfilled = errors.New("categories without a comparison key were stored meanwhile")
+
+// nameFill is what an instance knows of the categories' comparison keys:
+// every category with an id up to filled either has its key in name_cmp
+// or is a lookalike whose key an earlier category holds. So a name whose
+// key no row holds in name_cmp is free, unless a category above filled
+// has no key: a create's statement checks that under the catalog's lock,
+// and is refused with errNamesUnfilled if so (categories become visible in
+// id order, so none can appear below filled later).
+type nameFill struct {
+	mu     sync.Mutex // one fill at a time in this instance
+	filled atomic.Int64
+}
+
+// fillNameCmp gives each category above filled without a comparison key
+// its key, in id order, unless a row holds that key already (a lookalike
+// stored before schema 9, or by an older instance, stays NULL), a chunk
+// at a time, each under the catalog's lock, so that the fills and creates
+// of all instances take turns. No other column changes: the list, its
+// ETags and its pages stay as they were.
+func (s *pgStore) fillNameCmp(ctx context.Context) error {
+	s.names.mu.Lock()
+	defer s.names.mu.Unlock()
+	after := s.names.filled.Load()
+	for {
+		done, last, err := s.fillNameChunk(ctx, after)
+		if err != nil {
+			return fmt.Errorf("fill name keys: %w", describePostgres(err))
+		}
+		s.names.filled.Store(last)
+		if done {
+			return nil
+		}
+		after = last
+	}
+}
+
+// fillNameChunk fills up to listChunk keys above after and returns the id
+// up to which all are filled, and done when no key was missing above it.
+func (s *pgStore) fillNameChunk(ctx context.Context, after int64) (done bool, last int64, err error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; " + lockCatalog})
+	if err != nil {
+		return false, after, err
+	}
+	defer tx.Rollback(ctx) // after a commit, a no-op
+	rows, _ := tx.Query(ctx, "SELECT id, name FROM categories WHERE name_cmp IS NULL AND id > $1 ORDER BY id LIMIT $2", after, listChunk)
+	type unfilled struct {
+		ID   int64
+		Name string
+	}
+	chunk, err := pgx.CollectRows(rows, pgx.RowToStructByPos[unfilled])
+	if err != nil {
+		return false, after, err
+	}
+	if len(chunk) == 0 {
+		// All filled up to the highest id visible under the lock.
+		err = tx.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM categories").Scan(&last)
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+		return true, max(after, last), err
+	}
+	b := &pgx.Batch{}
+	for _, u := range chunk {
+		b.Queue(`UPDATE categories SET name_cmp = $2 WHERE id = $1
+			AND NOT EXISTS (SELECT 1 FROM categories WHERE name_cmp = $2)`, u.ID, compareName(u.Name))
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return false, after, err
+	}
+	return false, chunk[len(chunk)-1].ID, tx.Commit(ctx)
 }
 
 // CategoriesGen is the highest id of a visible category: categories are

@@ -6,7 +6,11 @@ CREATE TABLE categories (
 	name        TEXT NOT NULL,
 	-- fold is the case-folded, NFC-normalised name: uniqueness is enforced on it.
 	fold        TEXT NOT NULL UNIQUE,
-	description TEXT
+	description TEXT,
+	-- name_cmp is the name's comparison key (compareName: NFKC, case-folded,
+	-- without default-ignorables), unique too; NULL until filled, and for a
+	-- lookalike stored before schema 9 whose key an earlier row holds.
+	name_cmp    TEXT
 ) STRICT;
 
 CREATE TABLE api_keys (
@@ -83,3 +87,6 @@ CREATE TABLE idempotency (
 ) STRICT, WITHOUT ROWID;
 
 CREATE INDEX idempotency_created ON idempotency (created_us);
+
+CREATE UNIQUE INDEX categories_name_cmp ON categories (name_cmp) WHERE name_cmp IS NOT NULL;
+CREATE INDEX categories_name_cmp_unfilled ON categories (id) WHERE name_cmp IS NULL;

@@ -42,7 +42,7 @@ type sqliteStore struct {
 	group *groupCommitter[*batchTx]
 
 	insertCategory, insertPet, insertOrder *sql.Stmt
-	categoryNamed                          *sql.Stmt // the name that folds to fold, on a conflict
+	categoryNamed                          *sql.Stmt // the name that holds fold or name_cmp, on a conflict
 	storeIdem, hasIdem                     *sql.Stmt // sqlite_idempotency.go
 	// lookupIdem reads on r: prepared once, not parsed on every keyed POST.
 	lookupIdem *sql.Stmt
@@ -172,10 +172,10 @@ func openSQLite(ctx context.Context, path string, migrateUp bool, now func() tim
 		stmt **sql.Stmt
 		sql  string
 	}{
-		{&s.insertCategory, "INSERT INTO categories (name, fold, description) VALUES (?, ?, ?)"},
+		{&s.insertCategory, "INSERT INTO categories (name, fold, name_cmp, description) VALUES (?, ?, ?, ?)"},
 		{&s.insertPet, "INSERT INTO pets (name, category_id, status) VALUES (?, ?, ?)"},
 		{&s.insertOrder, "INSERT INTO orders (pet_id, quantity, status, created_at) VALUES (?, ?, ?, ?)"},
-		{&s.categoryNamed, "SELECT name FROM categories WHERE fold = ?"},
+		{&s.categoryNamed, "SELECT name FROM categories WHERE fold = ?1 OR name_cmp = ?2 ORDER BY id LIMIT 1"},
 		{&s.storeIdem, sqliteStoreIdem},
 		{&s.hasIdem, sqliteHasIdem},
 	} {
@@ -187,6 +187,12 @@ func openSQLite(ctx context.Context, path string, migrateUp bool, now func() tim
 	if s.lookupIdem, err = r.PrepareContext(ctx, sqliteLookupIdem); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("prepare: %w", describe(err))
+	}
+	if migrateUp {
+		if err := s.fillNameCmp(ctx); err != nil {
+			s.Close()
+			return nil, err
+		}
 	}
 	return s, nil
 }

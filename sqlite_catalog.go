@@ -27,15 +27,16 @@ func insertID(tx *batchTx, stmt *sql.Stmt, id *int64, args ...any) error {
 }
 
 func (s *sqliteStore) CreateCategory(ctx context.Context, c Category, fold string, idem *idemWrite[Category]) (Category, error) {
+	cmp := compareName(c.Name)
 	err := s.group.write(ctx, func(tx *batchTx) error {
 		return sqliteCreate(s, tx, idem, "categories", &c.ID, func() error {
-			return insertID(tx, s.insertCategory, &c.ID, c.Name, fold, c.Description)
+			return insertID(tx, s.insertCategory, &c.ID, c.Name, fold, cmp, c.Description)
 		}, func() Category { return c }, func(err error) error {
 			if isUniqueViolation(err) {
 				// The same transaction sees the row that holds the name,
 				// even one made earlier in this batch.
 				var name string
-				if tx.stmt(s.categoryNamed).QueryRow(fold).Scan(&name) != nil {
+				if tx.stmt(s.categoryNamed).QueryRow(fold, cmp).Scan(&name) != nil {
 					return errConflict
 				}
 				return conflictNamed(&name)
@@ -48,6 +49,57 @@ func (s *sqliteStore) CreateCategory(ctx context.Context, c Category, fold strin
 	}
 	s.categoriesGen.Add(1)
 	return c, nil
+}
+
+// fillNameCmp gives each category without a comparison key (name_cmp,
+// added by schema 9) its key, in id order, unless a row holds that key
+// already: a lookalike stored before the rule stays NULL, and the earlier
+// row's key refuses new lookalikes of both. No other column changes, so
+// the list, its ETags and its pages stay as they were. It runs when the
+// database is opened to be migrated, before any create: SQLite has one
+// process writing, so no row is written without a key after it.
+func (s *sqliteStore) fillNameCmp(ctx context.Context) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("fill name keys: %w", describe(err))
+	}
+	defer tx.Rollback()
+	type unfilled struct {
+		id   int64
+		name string
+	}
+	for after := int64(0); ; {
+		var chunk []unfilled
+		rows, err := tx.QueryContext(ctx, "SELECT id, name FROM categories WHERE name_cmp IS NULL AND id > ? ORDER BY id LIMIT ?", after, listChunk)
+		if err != nil {
+			return fmt.Errorf("fill name keys: %w", describe(err))
+		}
+		for rows.Next() {
+			var u unfilled
+			if err := rows.Scan(&u.id, &u.name); err != nil {
+				rows.Close()
+				return fmt.Errorf("fill name keys: %w", describe(err))
+			}
+			chunk = append(chunk, u)
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return fmt.Errorf("fill name keys: %w", describe(err))
+		}
+		if len(chunk) == 0 {
+			break
+		}
+		for _, u := range chunk {
+			if _, err := tx.ExecContext(ctx, `UPDATE categories SET name_cmp = ?2 WHERE id = ?1
+				AND NOT EXISTS (SELECT 1 FROM categories WHERE name_cmp = ?2)`, u.id, compareName(u.name)); err != nil {
+				return fmt.Errorf("fill name keys: %w", describe(err))
+			}
+		}
+		after = chunk[len(chunk)-1].id
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("fill name keys: %w", describe(err))
+	}
+	return nil
 }
 
 // categoriesAfter reads the categories after an id, up to a limit.

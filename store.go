@@ -37,8 +37,9 @@ func isRefusal(err error) bool {
 // Store is the database as the rest of petstore sees it. Errors that a
 // retry may cure (a lock, a full disk, I/O) wrap errUnavailable.
 type Store interface {
-	// CreateCategory inserts c; fold is its name's uniqueness key. A name
-	// that folds like an existing one is errConflict. Each create takes an
+	// CreateCategory inserts c; fold is its name's uniqueness key, and the
+	// store adds compareName's (names.go). A name that folds or compares
+	// like an existing one is errConflict. Each create takes an
 	// idemWrite when the request had an Idempotency-Key (nil otherwise),
 	// and stores its answer in the create's transaction.
 	CreateCategory(ctx context.Context, c Category, fold string, idem *idemWrite[Category]) (Category, error)

@@ -1,0 +1,98 @@
+// names.go owns the rules of category and pet names that Unicode decides:
+// which code points a name may not hold (bidi controls and invisible,
+// default-ignorable ones), and the key under which category names are
+// compared for uniqueness.
+
+package main
+
+import (
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/text/cases"
+	"golang.org/x/text/unicode/norm"
+)
+
+// defaultIgnorable reports whether r has Unicode's derived property
+// Default_Ignorable_Code_Point: it is drawn as nothing unless a font knows
+// better. Go's unicode package has the contributory properties but not the
+// derived one, so it is derived here as DerivedCoreProperties.txt does:
+//
+//	Other_Default_Ignorable_Code_Point + Cf + Variation_Selector
+//	- White_Space - FFF9..FFFB - 13430..13440 - Prepended_Concatenation_Mark
+//
+// (FFF9..FFFB are the interlinear annotation characters, 13430..13440 the
+// Egyptian hieroglyph format controls: both are meant to show.)
+func defaultIgnorable(r rune) bool {
+	in := unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r) ||
+		unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Variation_Selector, r)
+	out := unicode.Is(unicode.White_Space, r) ||
+		(r >= 0xFFF9 && r <= 0xFFFB) || (r >= 0x13430 && r <= 0x13440) ||
+		unicode.Is(unicode.Prepended_Concatenation_Mark, r)
+	return in && !out
+}
+
+// zeroWidthJoiner joins emoji into one (a family: man ZWJ woman ZWJ girl).
+const zeroWidthJoiner = '\u200d'
+
+// refusedInName returns the first code point that a name may not hold, and
+// why: a bidirectional control, which can make a name show as another, or
+// a default-ignorable code point, which shows as nothing. The zero-width
+// joiner and the variation selectors (U+FE0F asks for the emoji form of
+// U+2764 in "❤️") are ignorable too but allowed: emoji need them, and the
+// comparison key drops them, so they cannot make a lookalike of a name.
+// ok is false when the name holds none.
+func refusedInName(name string) (r rune, why string, ok bool) {
+	for _, r := range name {
+		if r < utf8.RuneSelf {
+			continue
+		}
+		switch {
+		case unicode.Is(unicode.Bidi_Control, r):
+			return r, "a bidirectional control", true
+		case r == zeroWidthJoiner || unicode.Is(unicode.Variation_Selector, r):
+		case defaultIgnorable(r):
+			return r, "an invisible (default-ignorable) code point", true
+		}
+	}
+	return 0, "", false
+}
+
+// compareName is the key under which category names are unique (the
+// name_cmp column): the NFKC form, case-folded as foldName does (so
+// "Straße" and "STRASSE" still collide), with every default-ignorable code
+// point removed. So full-width "ｄｏｇ", the ligature "ﬁ" and "dog" with a
+// variation selector or a joiner compare as their plain forms do. It is
+// not a PRECIS profile: Nickname folds ß apart from ss and refuses emoji
+// sequences.
+//
+// For an ASCII name, the usual case, it is ASCII lower case, as foldName
+// is; FuzzFoldName checks this shortcut against the full path.
+func compareName(name string) string {
+	for i := 0; i < len(name); i++ {
+		if name[i] >= utf8.RuneSelf {
+			return compareUnicode(name)
+		}
+	}
+	return strings.ToLower(name)
+}
+
+func compareUnicode(name string) string {
+	// Ignorables go first: one between two combining marks (U+034F, the
+	// grapheme joiner) would keep NFKC from ordering them, and removing
+	// it after would leave a string that is not normalized.
+	s := strings.Map(dropIgnorable, name)
+	s = norm.NFKC.String(cases.Fold().String(norm.NFKC.String(s)))
+	// NFKC can make an ignorable of one (U+FFA0 HALFWIDTH HANGUL FILLER
+	// is U+3164 HANGUL FILLER); none seen by the fuzzer survives, but the
+	// key must not hold one.
+	return strings.Map(dropIgnorable, s)
+}
+
+func dropIgnorable(r rune) rune {
+	if r >= utf8.RuneSelf && defaultIgnorable(r) {
+		return -1
+	}
+	return r
+}
