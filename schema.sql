@@ -83,3 +83,10 @@ CREATE TABLE idempotency (
 ) STRICT, WITHOUT ROWID;
 
 CREATE INDEX idempotency_created ON idempotency (created_us);
+
+-- deployment holds the one random id of this database (made by migration 0008,
+-- carried by petstore copy): the default --redis-prefix is petstore:<id>:.
+CREATE TABLE deployment (
+	one INTEGER PRIMARY KEY DEFAULT 1 CHECK (one = 1),
+	id  TEXT NOT NULL CHECK (length(id) BETWEEN 1 AND 64)
+) STRICT;
