@@ -104,8 +104,10 @@ func redisPrefixOf(ctx context.Context, flag string, deploymentID func(context.C
 // redisRefusals begin the errors with which Redis refuses a client for
 // good: who it is (NOAUTH, WRONGPASS, and Redis 5's "invalid password"),
 // what it may run (NOPERM), or the database number, which this Redis lacks.
-// No retry cures them: at start they stop the start.
-var redisRefusals = []string{"NOAUTH", "WRONGPASS", "NOPERM", "ERR DB index is out of range", "ERR invalid password"}
+// No retry cures them: at start they stop the start. (rueidis drops the
+// "ERR " of Redis's "ERR DB index is out of range".)
+var redisRefusals = []string{"NOAUTH", "WRONGPASS", "NOPERM", "DB index is out of range", "invalid password",
+	"ERR DB index is out of range", "ERR invalid password"}
 
 // isRedisRefusal reports whether err is one of redisRefusals. The
 // handshake's errors (HELLO, AUTH, SELECT) are Redis's own; a refused

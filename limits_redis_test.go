@@ -503,7 +503,7 @@ func TestRedisRefusalStopsTheStart(t *testing.T) {
 		{"no password", "redis://" + rs.addr() + "/1", "NOAUTH", ""},
 		{"wrong password", "redis://:" + wrongPW + "@" + rs.addr() + "/1", "WRONGPASS", ""},
 		{"no permission", "redis://limited:" + userPW + "@" + rs.addr() + "/1", "NOPERM", ""},
-		{"no such database", "redis://:" + pw + "@" + rs.addr() + "/99", "ERR DB index is out of range", ""},
+		{"no such database", "redis://:" + pw + "@" + rs.addr() + "/99", "DB index is out of range", ""},
 		{"the right ones", "redis://:" + pw + "@" + rs.addr() + "/1", "", "redis"},
 		{"silent", "redis://:" + pw + "@" + silent.Addr().String() + "/1", "", "local"},
 	} {
