@@ -41,6 +41,10 @@ type copyTable struct {
 	cols []copyColumn
 	// order sorts its rows: the primary key.
 	order string
+	// replace: the target's own rows (a new database has them: its
+	// migrations made them) give way to the source's, instead of the
+	// target having to be empty.
+	replace bool
 }
 
 // copyTables are every table of the schema, in an order in which each row's
@@ -49,15 +53,18 @@ var copyTables = []copyTable{
 	{"api_keys", []copyColumn{{"id", colInt}, {"hash", colBytes}, {"name", colText}, {"plan", colText}, {"rpm", colInt}, {"rpd", colInt},
 		{"env", colText}, {"created_at", colTime}, {"revoked_at", colTime}, {"banned_until", colTime},
 		{"expires_at", colTime}, {"scope", colText}, {"replaces", colInt}, {"lineage", colInt}, {"last_used_at", colTime},
-		{"seq", colInt}}, "id"},
-	{"usage", []copyColumn{{"key_id", colInt}, {"day", colDay}, {"count", colInt}}, "key_id, day"},
-	{"categories", []copyColumn{{"id", colInt}, {"name", colText}, {"fold", colText}, {"description", colText}, {"name_cmp", colText}}, "id"},
-	{"pets", []copyColumn{{"id", colInt}, {"name", colText}, {"category_id", colInt}, {"status", colText}}, "id"},
-	{"orders", []copyColumn{{"id", colInt}, {"pet_id", colInt}, {"quantity", colInt}, {"status", colText}, {"created_at", colTime}}, "id"},
+		{"seq", colInt}}, "id", false},
+	{"usage", []copyColumn{{"key_id", colInt}, {"day", colDay}, {"count", colInt}}, "key_id, day", false},
+	{"categories", []copyColumn{{"id", colInt}, {"name", colText}, {"fold", colText}, {"description", colText}, {"name_cmp", colText}}, "id", false},
+	{"pets", []copyColumn{{"id", colInt}, {"name", colText}, {"category_id", colInt}, {"status", colText}}, "id", false},
+	{"orders", []copyColumn{{"id", colInt}, {"pet_id", colInt}, {"quantity", colInt}, {"status", colText}, {"created_at", colTime}}, "id", false},
 	// The answers kept for retries: a client that retries after the move
 	// must not create twice. (PostgreSQL's running marks are not copied.)
 	{"idempotency", []copyColumn{{"key_id", colInt}, {"idem_key", colText}, {"fingerprint", colBytes}, {"status", colInt},
-		{"body", colBytes}, {"created_us", colInt}}, "key_id, idem_key"},
+		{"body", colBytes}, {"created_us", colInt}}, "key_id, idem_key", false},
+	// The deployment id: a copy is the same deployment, and keeps the
+	// source's Redis key names (the default --redis-prefix holds the id).
+	{"deployment", []copyColumn{{"id", colText}}, "id", true},
 }
 
 func (t copyTable) names() []string {
@@ -76,7 +83,8 @@ type copier interface {
 	// copyOut returns t's rows in order, as colKind says.
 	copyOut(ctx context.Context, t copyTable) iter.Seq2[[]any, error]
 	// copyIn writes every table's rows, which rows gives, in one
-	// transaction, and sets each id sequence past the ids written. Before
+	// transaction (a replace table's own rows deleted first), and sets
+	// each id sequence past the ids written. Before
 	// it commits, it calls check with the number of rows written to each
 	// table; an error of check undoes them all.
 	copyIn(ctx context.Context, tables []copyTable, rows func(copyTable) iter.Seq2[[]any, error], check func(written []int64) error) error
@@ -113,8 +121,9 @@ func runCopy(ctx context.Context, args []string, getenv func(string) string, std
 	return copyDatabase(ctx, src.(copier), dst.(copier), redactDB(*from), redactDB(*to), stdout)
 }
 
-// copyDatabase copies every table of src into dst, which must be empty and
-// at the schema version src is at, and compares the row counts after.
+// copyDatabase copies every table of src into dst, which must be empty (but
+// for its deployment id, which the source's replaces) and at the schema
+// version src is at, and compares the row counts after.
 func copyDatabase(ctx context.Context, src, dst copier, from, to string, stdout io.Writer) error {
 	sv, err := src.SchemaVersion(ctx)
 	if err != nil {
@@ -133,7 +142,7 @@ func copyDatabase(ctx context.Context, src, dst copier, from, to string, stdout 
 		if err != nil {
 			return fmt.Errorf("%s: %w", to, err)
 		}
-		if n > 0 {
+		if n > 0 && !t.replace {
 			held = append(held, fmt.Sprintf("%s: %d", t.name, n))
 		}
 	}
@@ -251,6 +260,11 @@ func (s *sqliteStore) copyIn(ctx context.Context, tables []copyTable, rows func(
 	defer tx.Rollback()
 	written := make([]int64, len(tables))
 	for ti, t := range tables {
+		if t.replace {
+			if _, err := tx.ExecContext(ctx, "DELETE FROM "+t.name); err != nil {
+				return fmt.Errorf("write %s: %w", t.name, describe(err))
+			}
+		}
 		stmt, err := tx.PrepareContext(ctx, "INSERT INTO "+t.name+" ("+strings.Join(t.names(), ", ")+") VALUES (?"+
 			strings.Repeat(", ?", len(t.cols)-1)+")")
 		if err != nil {
@@ -337,6 +351,11 @@ func (s *pgStore) copyIn(ctx context.Context, tables []copyTable, rows func(copy
 	defer tx.Rollback(ctx)
 	written := make([]int64, len(tables))
 	for ti, t := range tables {
+		if t.replace {
+			if _, err := tx.Exec(ctx, "DELETE FROM "+t.name); err != nil {
+				return fmt.Errorf("write %s: %w", t.name, describePostgres(err))
+			}
+		}
 		next, stop := iter.Pull2(rows(t))
 		n, err := tx.CopyFrom(ctx, pgx.Identifier{t.name}, t.names(), pgx.CopyFromFunc(func() ([]any, error) {
 			row, err, ok := next()
@@ -359,7 +378,7 @@ func (s *pgStore) copyIn(ctx context.Context, tables []copyTable, rows func(copy
 			return fmt.Errorf("write %s: %w", t.name, describePostgres(err))
 		}
 		written[ti] = n
-		if t.cols[0].name == "id" {
+		if t.cols[0].name == "id" && t.cols[0].kind == colInt {
 			if _, err := tx.Exec(ctx, "SELECT setval(pg_get_serial_sequence($1, 'id'), max(id)) FROM "+t.name+" HAVING count(*) > 0", t.name); err != nil {
 				return fmt.Errorf("set the id sequence of %s: %w", t.name, describePostgres(err))
 			}

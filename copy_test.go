@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -167,6 +168,9 @@ func TestCopyKeepsNothingWhenCountsDiffer(t *testing.T) {
 		t.Fatalf("copy from a source in use: %v, want the pets count named", err)
 	}
 	for _, tbl := range copyTables {
+		if tbl.replace {
+			continue // the deployment id: TestCopyCarriesTheDeploymentID
+		}
 		if n, err := dst.rowCount(ctx, tbl); err != nil || n != 0 {
 			t.Errorf("%s holds %d rows (%v) after a refused copy, want none", tbl.name, n, err)
 		}
@@ -176,5 +180,47 @@ func TestCopyKeepsNothingWhenCountsDiffer(t *testing.T) {
 	}
 	if p, err := dst.Pet(ctx, 1); err != nil || p.Name != "Rex" || p.CategoryID != c.ID {
 		t.Errorf("copied pet: %+v, %v", p, err)
+	}
+}
+
+// TestCopyCarriesTheDeploymentID copies a SQLite database to a new SQLite
+// file and, with PETSTORE_TEST_POSTGRES, to PostgreSQL and back: each
+// target's own id (its migration made one) gives way to the source's, so
+// that the copy keeps the source's Redis key names; a refused copy leaves
+// the target's own.
+func TestCopyCarriesTheDeploymentID(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "src.db")
+	createKey(t, src, "--plan", "free")
+	id := deploymentIDOf(t, src)
+	hops := []string{filepath.Join(t.TempDir(), "copy.db")}
+	if os.Getenv(postgresEnv) != "" {
+		hops = append(hops, postgresSchema(t, needPostgres(t)), filepath.Join(t.TempDir(), "back.db"))
+	}
+	from := src
+	for _, to := range hops {
+		if _, _, err := runCLI(t, nil, "migrate", "--db", to); err != nil {
+			t.Fatal(err)
+		}
+		if own := deploymentIDOf(t, to); own == "" || own == id {
+			t.Fatalf("%s's own deployment id before the copy: %q, want one of its own (the source's is %q)", redactDB(to), own, id)
+		}
+		if out, errOut, err := runCLI(t, nil, "copy", "--from", from, "--to", to); err != nil {
+			t.Fatalf("copy %s to %s: %v\n%s%s", redactDB(from), redactDB(to), err, out, errOut)
+		}
+		if got := deploymentIDOf(t, to); got != id {
+			t.Errorf("deployment id of %s after the copy: %q, want the source's %q", redactDB(to), got, id)
+		}
+		from = to
+	}
+
+	// A refused copy (the target holds a key) keeps the target's own id.
+	full := filepath.Join(t.TempDir(), "full.db")
+	createKey(t, full, "--plan", "free")
+	own := deploymentIDOf(t, full)
+	if _, _, err := runCLI(t, nil, "copy", "--from", src, "--to", full); err == nil || !strings.Contains(err.Error(), "already holds rows (api_keys: 1)") {
+		t.Errorf("copy to a database that holds a key: %v, want a refusal naming api_keys alone", err)
+	}
+	if got := deploymentIDOf(t, full); got != own {
+		t.Errorf("a refused copy changed the target's deployment id from %q to %q", own, got)
 	}
 }

@@ -87,14 +87,54 @@ func parseRedisURL(s string) (rueidis.ClientOption, error) {
 	return opt, nil
 }
 
+// redisPrefixOf returns the key prefix: --redis-prefix as given, or when
+// it is empty the default, petstore:<deployment id>:, which deploymentID
+// reads from the database (DECISIONS.md section 15).
+func redisPrefixOf(ctx context.Context, flag string, deploymentID func(context.Context) (string, error)) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	id, err := deploymentID(ctx)
+	if err != nil {
+		return "", err
+	}
+	return "petstore:" + id + ":", nil
+}
+
+// redisRefusals begin the errors with which Redis refuses a client for
+// good: who it is (NOAUTH, WRONGPASS, and Redis 5's "invalid password"),
+// what it may run (NOPERM), or the database number, which this Redis lacks.
+// No retry cures them: at start they stop the start. (rueidis drops the
+// "ERR " of Redis's "ERR DB index is out of range".)
+var redisRefusals = []string{"NOAUTH", "WRONGPASS", "NOPERM", "DB index is out of range", "invalid password",
+	"ERR DB index is out of range", "ERR invalid password"}
+
+// isRedisRefusal reports whether err is one of redisRefusals. The
+// handshake's errors (HELLO, AUTH, SELECT) are Redis's own; a refused
+// CLIENT SETNAME comes wrapped, but begins with Redis's words too.
+func isRedisRefusal(err error) bool {
+	msg := err.Error()
+	if re, ok := rueidis.IsRedisErr(err); ok {
+		msg = re.Error()
+	}
+	for _, p := range redisRefusals {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // newRedisLimiter returns a shared limiter on Redis beside local. It tries
-// to connect once, for at most a second; if that fails it starts with
-// local limits and run keeps trying.
+// to connect and run the script once, for at most a second; if Redis does
+// not answer it starts with local limits and run keeps trying, but if
+// Redis refuses it for good (isRedisRefusal) it returns that error.
 func newRedisLimiter(ctx context.Context, o redisOptions, local *limiter, log *slog.Logger) (*redisLimiter, error) {
 	opt, err := parseRedisURL(o.url)
 	if err != nil {
 		return nil, err
 	}
+	u, _ := url.Parse(o.url) // parseRedisURL parsed it
 	r := &redisLimiter{
 		limiter:      local,
 		prefix:       o.prefix,
@@ -113,7 +153,12 @@ func newRedisLimiter(ctx context.Context, o redisOptions, local *limiter, log *s
 	opt.ClientName = "petstore"
 	opt.MaxFlushDelay = 20 * time.Microsecond
 	r.opt = opt
-	if err := r.connect(ctx); err != nil {
+	if err := r.start(ctx); err != nil {
+		if isRedisRefusal(err) {
+			r.close()
+			msg, _, _ := strings.Cut(err.Error(), "\n")
+			return nil, fmt.Errorf("redis %s refused this instance: %s", redactDB(o.url), withoutPassword(msg, u))
+		}
 		r.log.Warn("redis does not answer; rate limits are local to this instance until it does", "redis", redactDB(o.url), "err", err)
 	} else {
 		r.up.Store(true)
@@ -136,6 +181,18 @@ func (r *redisLimiter) connect(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, max(time.Second, r.timeout))
 	defer cancel()
 	return (*c).Do(ctx, (*c).B().Ping().Build()).Error()
+}
+
+// start connects and checks that Redis runs the script (a Redis that
+// answers PING may still refuse it: NOPERM), within a second.
+func (r *redisLimiter) start(ctx context.Context) error {
+	if err := r.connect(ctx); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, max(time.Second, r.timeout))
+	defer cancel()
+	_, err := r.stepIn(ctx, r.keyName('p', "probe"), 0, 0, 0, 0, 0, 0)
+	return err
 }
 
 // run checks Redis every redisProbeEvery with a call of the script itself
@@ -247,6 +304,13 @@ type redisStep struct {
 
 // step runs the script on one key's state, within the timeout.
 func (r *redisLimiter) step(key string, rpm, rpd, count int64, day int32, banUntil, threshold int64) (redisStep, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	return r.stepIn(ctx, key, rpm, rpd, count, day, banUntil, threshold)
+}
+
+// stepIn is step within ctx.
+func (r *redisLimiter) stepIn(ctx context.Context, key string, rpm, rpd, count int64, day int32, banUntil, threshold int64) (redisStep, error) {
 	c := r.client.Load()
 	if c == nil {
 		return redisStep{}, errors.New("not connected")
@@ -255,8 +319,6 @@ func (r *redisLimiter) step(key string, rpm, rpd, count int64, day int32, banUnt
 	if r.now != nil {
 		now = r.now().UnixMicro()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-	defer cancel()
 	r.calls.Add(1)
 	args := []string{
 		strconv.FormatInt(now, 10), strconv.FormatInt(rpm, 10), strconv.FormatInt(rpd, 10),

@@ -7,9 +7,13 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -390,5 +394,179 @@ func TestRedisUnreachableAtStartAndPasswordNeverShown(t *testing.T) {
 		if code := exitCode(err, &msg); code != 2 || strings.Contains(errOut+msg.String(), secret) {
 			t.Errorf("--redis %q: exit %d, %q; want 2 without the password", strings.ReplaceAll(bad, secret, "PW"), code, strings.ReplaceAll(msg.String(), secret, "PW"))
 		}
+	}
+}
+
+// deploymentIDOf reads the deployment id of the database db (SQL of its
+// own, not the Store's method: the test of a store without it must fail,
+// not fail to build).
+func deploymentIDOf(t *testing.T, db string) string {
+	t.Helper()
+	var id string
+	var err error
+	switch s := openTestStore(t, db).(type) {
+	case *sqliteStore:
+		err = s.r.QueryRow("SELECT id FROM deployment").Scan(&id)
+	case *pgStore:
+		err = s.pool.QueryRow(context.Background(), "SELECT id FROM deployment").Scan(&id)
+	}
+	if err != nil {
+		t.Errorf("read the deployment id of %s: %v", redactDB(db), err)
+	}
+	return id
+}
+
+// TestRedisDefaultPrefixKeepsDeploymentsApart runs two deployments, each
+// on a SQLite file of its own (so both have a free key 1), on one Redis
+// database with the default --redis-prefix: each key has its own bucket,
+// under petstore:<deployment id>:, and one deployment's requests take
+// nothing from the other's.
+func TestRedisDefaultPrefixKeepsDeploymentsApart(t *testing.T) {
+	needRedis(t)
+	rs := rmStartRedis(t)
+	u := rs.url() + "/3"
+	var dbs, keys [2]string
+	var servers [2]*testServer
+	for i := range servers {
+		dbs[i] = filepath.Join(t.TempDir(), "petstore.db")
+		keys[i] = createKey(t, dbs[i], "--plan", "free") // id 1 in both: 60 a minute
+		// --redis-prefix "": the default, over the one startServerOn adds.
+		servers[i] = startServerOn(t, dbs[i], keys[i], "--redis", u, "--redis-prefix", "", "--redis-timeout", rmWideTimeout)
+	}
+	for i, ts := range servers {
+		for n := range 40 {
+			r := ts.do(t, "GET", "/v1/categories", keys[i], "")
+			if r.status != 200 {
+				t.Fatalf("deployment %d, request %d of 40 of a free key (60 a minute): %d %s; the other deployment's key 1 took from its bucket", i, n+1, r.status, r.body)
+			}
+			if n == 39 {
+				if rem, _ := strconv.Atoi(r.header.Get("X-Ratelimit-Remaining")); rem < 20 {
+					t.Errorf("deployment %d: %d remaining after 40 of 60, want at least 20", i, rem)
+				}
+			}
+		}
+	}
+	ids := [2]string{deploymentIDOf(t, dbs[0]), deploymentIDOf(t, dbs[1])}
+	hexID := regexp.MustCompile(`^[0-9a-f]{16}$`)
+	if !hexID.MatchString(ids[0]) || !hexID.MatchString(ids[1]) || ids[0] == ids[1] {
+		t.Fatalf("deployment ids %q, want two different ones of 16 hex digits", ids)
+	}
+	c := redisTestClient(t, u)
+	for i, id := range ids {
+		prefix := "petstore:" + id + ":"
+		if got := redisTestKeys(t, c, prefix+"k:"); !slices.Equal(got, []string{prefix + "k:1"}) {
+			t.Errorf("deployment %d's key names in Redis: %q, want [%sk:1]", i, got, prefix)
+		}
+		if !strings.Contains(servers[i].stderr.String(), "redis_prefix="+prefix) {
+			t.Errorf("deployment %d's listening line does not name its prefix %s:\n%s", i, prefix, servers[i].stderr.String())
+		}
+	}
+}
+
+// TestRedisRefusalStopsTheStart starts serve on a Redis of its own that
+// refuses it for good: without the password, with a wrong one, as a user
+// that may not run the script, on a database number Redis does not have.
+// Each exits 1 at once with one line naming the URL, its password masked;
+// the same Redis with the right password and database serves shared
+// limits, and a Redis that never answers falls back to local ones.
+func TestRedisRefusalStopsTheStart(t *testing.T) {
+	needRedis(t)
+	const pw, userPW, wrongPW = "s3cret-Redis-pw", "0ther-Redis-pw", "wr0ng-Redis-pw"
+	rs := rmStartRedis(t, "--requirepass", pw, "--databases", "16")
+	admin := redisTestClient(t, "redis://:"+pw+"@"+rs.addr()+"/0")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// A user who may connect (HELLO, PING, CLIENT) but run nothing else.
+	if err := admin.Do(ctx, admin.B().Arbitrary("ACL", "SETUSER").Args("limited", "on", ">"+userPW, "~*", "+@connection").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	silent, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never answers
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	secrets := []string{pw, userPW, wrongPW}
+	for _, tc := range []struct {
+		name, url string
+		want      string // in the one line; "" starts and serves
+		limits    string // /readyz's limits, when it serves
+	}{
+		{"no password", "redis://" + rs.addr() + "/1", "NOAUTH", ""},
+		{"wrong password", "redis://:" + wrongPW + "@" + rs.addr() + "/1", "WRONGPASS", ""},
+		{"no permission", "redis://limited:" + userPW + "@" + rs.addr() + "/1", "NOPERM", ""},
+		{"no such database", "redis://:" + pw + "@" + rs.addr() + "/99", "DB index is out of range", ""},
+		{"the right ones", "redis://:" + pw + "@" + rs.addr() + "/1", "", "redis"},
+		{"silent", "redis://:" + pw + "@" + silent.Addr().String() + "/1", "", "local"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := filepath.Join(t.TempDir(), "petstore.db")
+			createKey(t, db, "--plan", "free")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			stderr := &syncBuffer{}
+			done := make(chan error, 1)
+			go func() {
+				done <- run(ctx, []string{"serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--redis", tc.url}, envFrom(nil), io.Discard, stderr)
+			}()
+			var err error
+			served := false
+			deadline := time.After(10 * time.Second)
+		wait:
+			for {
+				select {
+				case err = <-done:
+					break wait
+				case <-deadline:
+					cancel()
+					t.Fatalf("serve neither served nor stopped within 10s:\n%s", stderr.String())
+				case <-time.After(10 * time.Millisecond):
+				}
+				if admin := logAddr(adminRE, stderr.String()); admin != "" && !served {
+					served = true
+					resp, gerr := http.Get("http://" + admin + "/readyz")
+					if gerr != nil {
+						t.Errorf("/readyz: %v", gerr)
+					} else {
+						body, _ := io.ReadAll(resp.Body)
+						resp.Body.Close()
+						if tc.limits != "" && !strings.Contains(string(body), `"limits":"`+tc.limits+`"`) {
+							t.Errorf("/readyz = %s, want limits %s", body, tc.limits)
+						}
+					}
+					cancel()
+				}
+			}
+			var line strings.Builder
+			code := exitCode(err, &line)
+			all := stderr.String() + line.String()
+			for _, s := range secrets {
+				if strings.Contains(all, s) {
+					t.Errorf("a password is shown:\n%s", strings.ReplaceAll(all, s, "PW"))
+				}
+			}
+			if tc.want == "" {
+				if !served || code != 0 {
+					t.Errorf("served %v, exit %d (%q), want it to serve and stop cleanly:\n%s", served, code, line.String(), stderr.String())
+				}
+				return
+			}
+			if served || code != 1 || strings.Count(line.String(), "\n") != 1 || !strings.Contains(line.String(), tc.want) ||
+				!strings.Contains(line.String(), redactDB(tc.url)) {
+				t.Errorf("served %v, exit %d, %q; want exit 1 with one line naming %s and %s, masked",
+					served, code, line.String(), tc.want, redactDB(tc.url))
+			}
+			if log := stderr.String(); strings.Contains(log, "listening") || strings.Contains(log, "redis does not answer") {
+				t.Errorf("a refused start logged a fall back or a listener:\n%s", log)
+			}
+		})
 	}
 }

@@ -97,8 +97,12 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	})
 	var limits rateLimiter = lim
 	var shared *redisLimiter
+	redisPrefix := ""
 	if cfg.redis != "" {
-		if shared, err = newRedisLimiter(ctx, redisOptions{url: cfg.redis, prefix: cfg.redisPrefix, timeout: cfg.redisTimeout}, lim, logger); err != nil {
+		if redisPrefix, err = redisPrefixOf(ctx, cfg.redisPrefix, store.DeploymentID); err != nil {
+			return err
+		}
+		if shared, err = newRedisLimiter(ctx, redisOptions{url: cfg.redis, prefix: redisPrefix, timeout: cfg.redisTimeout}, lim, logger); err != nil {
 			return err
 		}
 		defer shared.close() // run closes it too; this covers a start that fails
@@ -171,7 +175,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		attrs = append(attrs, "admin_addr", listeners[1].Addr().String())
 	}
 	if cfg.redis != "" {
-		attrs = append(attrs, "redis", redactDB(cfg.redis))
+		attrs = append(attrs, "redis", redactDB(cfg.redis), "redis_prefix", redisPrefix)
 	}
 	logger.Info("listening", attrs...)
 	listening = true

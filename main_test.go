@@ -851,6 +851,9 @@ func TestSchemaMatchesMigrations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := ref.w.Exec("DROP TABLE deployment"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := ref.w.Exec("DROP TABLE idempotency; DROP TABLE orders; DROP TABLE pets; DROP TABLE usage; DROP TABLE categories; DROP TABLE api_keys; DROP TABLE schema_migrations;"); err != nil {
 		t.Fatal(err)
 	}

@@ -220,6 +220,17 @@ func (s *pgStore) SchemaVersion(ctx context.Context) (uint, error) {
 	return uint(v), nil
 }
 
+// DeploymentID reads the one row of deployment (migration 0008).
+func (s *pgStore) DeploymentID(ctx context.Context) (string, error) {
+	ctx, cancel := s.op(ctx)
+	defer cancel()
+	var id string
+	if err := s.pool.QueryRow(ctx, "SELECT id FROM deployment").Scan(&id); err != nil {
+		return "", fmt.Errorf("read the deployment id: %w", describePostgres(err))
+	}
+	return id, nil
+}
+
 func (s *pgStore) Stats() storeStats {
 	batches, writes := s.group.stats()
 	return storeStats{Batches: batches, Writes: writes, CategoryListReads: s.categoryListReads.Load()}

@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -483,22 +484,28 @@ func TestRedisBanReachedOnTwoIsEnforcedOnThird(t *testing.T) {
 
 // rmRedis is a redis-server of the test's own, which it may kill.
 type rmRedis struct {
-	t    *testing.T
-	bin  string
-	port int
-	dir  string
-	out  *syncBuffer
-	cmd  *exec.Cmd
-	done chan struct{}
+	t     *testing.T
+	bin   string
+	port  int
+	dir   string
+	out   *syncBuffer
+	extra []string // configuration beyond rmStartRedis's own
+	cmd   *exec.Cmd
+	done  chan struct{}
 }
 
 // rmStartRedis starts a redis-server without persistence on a free
-// loopback port, and kills it when the test ends.
-func rmStartRedis(t *testing.T) *rmRedis {
+// loopback port, with the extra configuration given (e.g. "--requirepass",
+// "pw"), and kills it when the test ends. Without redis-server in PATH the
+// test skips, but fails when PETSTORE_TEST_REDIS says Redis is there.
+func rmStartRedis(t *testing.T, extra ...string) *rmRedis {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
+	if err != nil && os.Getenv(redisEnv) != "" {
+		t.Fatalf("%s is set but redis-server is not in PATH: this test runs a Redis of its own", redisEnv)
+	}
 	if err != nil {
-		t.Skip("redis-server is not in PATH: this test kills a Redis of its own")
+		t.Skip("redis-server is not in PATH: this test runs a Redis of its own")
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -506,7 +513,7 @@ func rmStartRedis(t *testing.T) *rmRedis {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	s := &rmRedis{t: t, bin: bin, port: port, dir: t.TempDir(), out: &syncBuffer{}}
+	s := &rmRedis{t: t, bin: bin, port: port, dir: t.TempDir(), out: &syncBuffer{}, extra: extra}
 	t.Cleanup(func() {
 		s.kill()
 		if t.Failed() {
@@ -523,8 +530,8 @@ func (s *rmRedis) url() string  { return "redis://" + s.addr() }
 // start starts redis-server, empty, and waits until it answers PING.
 func (s *rmRedis) start() {
 	s.t.Helper()
-	cmd := exec.Command(s.bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir)
+	cmd := exec.Command(s.bin, append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir}, s.extra...)...)
 	cmd.Stdout, cmd.Stderr = s.out, s.out
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("start redis-server: %v", err)
@@ -564,7 +571,8 @@ func (s *rmRedis) kill() {
 	s.cmd = nil
 }
 
-// rmPing sends PING to the Redis at addr and wants PONG.
+// rmPing sends PING to the Redis at addr and wants PONG, or NOAUTH from
+// a Redis with a password: it answers.
 func rmPing(addr string) error {
 	c, err := net.DialTimeout("tcp", addr, 500*time.Millisecond)
 	if err != nil {
@@ -575,11 +583,11 @@ func rmPing(addr string) error {
 	if _, err := c.Write([]byte("PING\r\n")); err != nil {
 		return err
 	}
-	b := make([]byte, 7)
-	if _, err := io.ReadFull(c, b); err != nil {
+	b, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
 		return err
 	}
-	if string(b) != "+PONG\r\n" {
+	if b != "+PONG\r\n" && !strings.HasPrefix(b, "-NOAUTH ") {
 		return fmt.Errorf("PING answered %q", b)
 	}
 	return nil

@@ -88,5 +88,12 @@ CREATE TABLE idempotency (
 
 CREATE INDEX idempotency_created ON idempotency (created_us);
 
+-- deployment holds the one random id of this database (made by migration 0008,
+-- carried by petstore copy): the default --redis-prefix is petstore:<id>:.
+CREATE TABLE deployment (
+	one INTEGER PRIMARY KEY DEFAULT 1 CHECK (one = 1),
+	id  TEXT NOT NULL CHECK (length(id) BETWEEN 1 AND 64)
+) STRICT;
+
 CREATE UNIQUE INDEX categories_name_cmp ON categories (name_cmp) WHERE name_cmp IS NOT NULL;
 CREATE INDEX categories_name_cmp_unfilled ON categories (id) WHERE name_cmp IS NULL;

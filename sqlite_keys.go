@@ -109,6 +109,15 @@ func (s *sqliteStore) SchemaVersion(ctx context.Context) (uint, error) {
 	return v, nil
 }
 
+// DeploymentID reads the one row of deployment (migration 0008).
+func (s *sqliteStore) DeploymentID(ctx context.Context) (string, error) {
+	var id string
+	if err := s.r.QueryRowContext(ctx, "SELECT id FROM deployment").Scan(&id); err != nil {
+		return "", fmt.Errorf("read the deployment id: %w", describe(err))
+	}
+	return id, nil
+}
+
 func (s *sqliteStore) RevokeKey(ctx context.Context, id int64) error {
 	return s.updateKey(ctx, id, "revoked_at = coalesce(revoked_at, ?1)", s.now().UTC().Format(time.RFC3339), "id = ?2")
 }

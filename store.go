@@ -119,6 +119,10 @@ type Store interface {
 
 	// SchemaVersion returns the version of the database's schema.
 	SchemaVersion(ctx context.Context) (uint, error)
+	// DeploymentID returns the database's deployment id: random, made by
+	// a migration, the same for every instance on the database, and
+	// carried by petstore copy. The default --redis-prefix holds it.
+	DeploymentID(ctx context.Context) (string, error)
 	// Ready reports whether the database answers a query.
 	Ready(ctx context.Context) error
 	// Checkpoint makes the database complete in itself, for a copy of it
