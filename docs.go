@@ -126,7 +126,6 @@ func serveDocsAsset(assets func() (map[string]*docsAsset, error), name func(*htt
 		}
 		h := w.Header()
 		h.Set("Content-Security-Policy", docsCSP)
-		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Cache-Control", "no-cache")
 		body, etag := a.stored, a.etag
 		if a.gzipped {

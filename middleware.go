@@ -87,15 +87,24 @@ func (p *headerProbe) Header() http.Header         { return p.header }
 func (p *headerProbe) Write(b []byte) (int, error) { return len(b), nil }
 func (p *headerProbe) WriteHeader(status int)      { p.status = status }
 
-// withRequestID gives every response an X-Request-Id: the client's own when
-// it is sane, else a random one.
+// nosniff is the value of X-Content-Type-Options, one slice shared by
+// every response (no allocation); its capacity is its length, so that an
+// Add would copy it, never write into it.
+var nosniff = []string{"nosniff"}
+
+// withRequestID gives every response an X-Request-Id, the client's own
+// when it is sane, else a random one; and X-Content-Type-Options:
+// nosniff, so that no browser takes a body for HTML (a 404's echoes the
+// path). It runs first on both listeners, so every answer has them.
 func withRequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get("X-Request-Id")
 		if !saneRequestID(id) {
 			id = newRequestID()
 		}
-		w.Header()["X-Request-Id"] = []string{id}
+		h := w.Header()
+		h["X-Request-Id"] = []string{id}
+		h["X-Content-Type-Options"] = nosniff
 		next.ServeHTTP(w, r)
 	})
 }
