@@ -58,6 +58,25 @@ func BenchmarkHandlerListCategories(b *testing.B) {
 	}
 }
 
+// BenchmarkHandlerRefusal is one 429 through the whole handler: a request
+// without a key from an address over its minute limit, labelled with its
+// route (the cheapness of a refusal: BENCHMARKS.md, row 10).
+func BenchmarkHandlerRefusal(b *testing.B) {
+	h, _, _ := benchServer(b)
+	req := httptest.NewRequest("GET", "/v1/categories", nil)
+	for range 1000 { // the address's minute is spent
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != http.StatusTooManyRequests && w.Code != http.StatusUnauthorized { // a token refills each second
+			b.Fatalf("status %d", w.Code)
+		}
+	}
+}
+
 // BenchmarkHandlerCreateCategory is POST /v1/categories through the whole
 // handler, from parallel clients, each create durable (group commit).
 func BenchmarkHandlerCreateCategory(b *testing.B) { benchCreate(b, false) }

@@ -51,15 +51,28 @@ type docsAsset struct {
 	plain       func() ([]byte, error) // the identity bytes, decompressed on first need
 }
 
-// docsRoutes returns the routes of the documentation page. Neither needs a
-// key; the files are read and hashed on the first request, so start-up
-// does not wait for them.
+// docsRoutes returns the routes of the documentation page, and a redirect
+// of /docs/, as people type it, to the page. None needs a key; the files
+// are read and hashed on the first request, so start-up does not wait for
+// them.
 func docsRoutes() []route {
 	assets := sync.OnceValues(loadDocsAssets)
 	return []route{
 		{"GET /docs", serveDocsAsset(assets, func(*http.Request) string { return "" })},
+		{"GET /docs/{$}", http.HandlerFunc(redirectToDocs)},
 		{"GET /docs/{file}", serveDocsAsset(assets, func(r *http.Request) string { return r.PathValue("file") })},
 	}
+}
+
+// redirectToDocs answers /docs/ with a permanent redirect to /docs, the
+// query kept, and no body (http.Redirect would write an HTML one).
+func redirectToDocs(w http.ResponseWriter, r *http.Request) {
+	loc := "/docs"
+	if r.URL.RawQuery != "" {
+		loc += "?" + r.URL.RawQuery
+	}
+	w.Header().Set("Location", loc)
+	w.WriteHeader(http.StatusPermanentRedirect)
 }
 
 // loadDocsAssets reads the embedded files into what serveDocsAsset needs.
@@ -113,7 +126,6 @@ func serveDocsAsset(assets func() (map[string]*docsAsset, error), name func(*htt
 		}
 		h := w.Header()
 		h.Set("Content-Security-Policy", docsCSP)
-		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Cache-Control", "no-cache")
 		body, etag := a.stored, a.etag
 		if a.gzipped {

@@ -163,7 +163,7 @@ func TestDocsAssets(t *testing.T) {
 // JSON errors every other path gets.
 func TestDocsErrors(t *testing.T) {
 	ts := startServer(t)
-	for _, path := range []string{"/docs/nope.js", "/docs/", "/docs/index.html", "/docs/swagger-ui-bundle.js.gz", "/docs/swagger-ui.css.map", "/docs/fetch.sh", "/docs/a/b"} {
+	for _, path := range []string{"/docs/nope.js", "/docs/index.html", "/docs/swagger-ui-bundle.js.gz", "/docs/swagger-ui.css.map", "/docs/fetch.sh", "/docs/a/b"} {
 		t.Run(path, func(t *testing.T) {
 			wantError(t, ts.do(t, "GET", path, "", ""), http.StatusNotFound, "not_found")
 		})
@@ -173,6 +173,31 @@ func TestDocsErrors(t *testing.T) {
 	if allow := r.header.Get("Allow"); allow != "GET, HEAD" {
 		t.Errorf("Allow = %q, want GET, HEAD", allow)
 	}
+}
+
+// TestDocsTrailingSlash: /docs/, as people type it, is a permanent
+// redirect to /docs, the query kept, with no body; a method the page does
+// not take is still a 405.
+func TestDocsTrailingSlash(t *testing.T) {
+	ts := startServer(t)
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, c := range []struct{ method, path, location string }{
+		{"GET", "/docs/", "/docs"},
+		{"HEAD", "/docs/", "/docs"},
+		{"GET", "/docs/?x=1", "/docs?x=1"},
+	} {
+		r, err := ts.sendVia(noRedirect, c.method, c.path, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.status != http.StatusPermanentRedirect || r.header.Get("Location") != c.location || len(r.body) != 0 {
+			t.Errorf("%s %s: %d, Location %q, %d bytes; want 308 to %s and no body", c.method, c.path, r.status, r.header.Get("Location"), len(r.body), c.location)
+		}
+	}
+	if r := ts.do(t, "GET", "/docs/", "", ""); r.status != http.StatusOK || r.header.Get("Content-Type") != "text/html; charset=utf-8" {
+		t.Errorf("GET /docs/ followed: %d %q, want the page", r.status, r.header.Get("Content-Type"))
+	}
+	wantError(t, ts.do(t, "POST", "/docs/", "", ""), http.StatusMethodNotAllowed, "method_not_allowed")
 }
 
 func TestAcceptsGzip(t *testing.T) {

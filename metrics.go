@@ -198,6 +198,10 @@ type family struct {
 	help   string
 	typ    string // the TYPE instead of the library's, when set
 	rename string // the name instead of the library's, when set
+	// countOnly marks a histogram of the Go runtime's, which the library
+	// writes without _count and _sum: mendExposition adds the _count (its
+	// +Inf bucket); runtime/metrics keeps no sum.
+	countOnly bool
 }
 
 // families are the help texts of every family served, ours and those of
@@ -207,8 +211,8 @@ type family struct {
 // which the tests catch.
 var families = map[string]family{
 	// Ours.
-	"petstore_http_requests_total":           {help: "HTTP requests answered, by route pattern (unmatched when none matched) and status."},
-	"petstore_http_request_duration_seconds": {help: "Time from a request's arrival to the end of its answer, by route pattern."},
+	"petstore_http_requests_total":           {help: "HTTP requests answered, by route and status: the route pattern (HEAD for a HEAD; for a 429, the route the request would have matched), or unmatched when none matched (404, 405)."},
+	"petstore_http_request_duration_seconds": {help: "Time from a request's arrival to the end of its answer, by route, as petstore_http_requests_total names it."},
 	"petstore_ratelimit_refusals_total":      {help: "Requests refused with 429, by reason: rate_limited, quota_exceeded, key_banned."},
 	"petstore_bans_total":                    {help: "Keys banned for going on after their 429s."},
 	"petstore_db_errors_total":               {help: "Requests that failed on a database error (busy, locked, full disk, I/O)."},
@@ -224,11 +228,14 @@ var families = map[string]family{
 	"petstore_log_bytes_dropped_total":       {help: "Log bytes dropped because writing to stderr kept failing."},
 
 	// The Go runtime's, from runtime/metrics and runtime.MemStats.
-	"go_sched_latencies_seconds":          {help: "Time goroutines spent runnable before they ran."},
+	// Histograms from runtime/metrics, which keeps no sum: their _count is
+	// added, and they have no _sum (go_gc_duration_seconds has the pauses'
+	// sum).
+	"go_sched_latencies_seconds":          {help: "Time goroutines spent runnable before they ran; no _sum.", countOnly: true},
 	"go_mutex_wait_seconds_total":         {help: "Time goroutines spent blocked on a sync.Mutex or sync.RWMutex (approximate)."},
 	"go_gc_mark_assist_cpu_seconds_total": {help: "CPU time goroutines spent helping the garbage collector mark."},
 	"go_gc_cpu_seconds_total":             {help: "CPU time spent by the garbage collector."},
-	"go_gc_pauses_seconds":                {help: "Stop-the-world pauses of the garbage collector."},
+	"go_gc_pauses_seconds":                {help: "Stop-the-world pauses of the garbage collector; no _sum.", countOnly: true},
 	"go_scavenge_cpu_seconds_total":       {help: "CPU time spent returning unused memory to the OS."},
 	"go_memlimit_bytes":                   {help: "The Go runtime's soft memory limit (GOMEMLIMIT)."},
 	"go_memstats_alloc_bytes":             {help: "Bytes of allocated heap objects."},
@@ -313,9 +320,10 @@ func genericHelp(name string) string {
 }
 
 // mendExposition appends the exposition src to dst with each family's help
-// text filled in, and the types and names of families applied. The library
-// writes one sample or comment a line, with no newline inside a label
-// value, so the lines are taken one by one.
+// text filled in, the types and names of families applied, and the _count
+// of a countOnly histogram written after its +Inf bucket, with its value.
+// The library writes one sample or comment a line, with no newline inside
+// a label value, so the lines are taken one by one.
 func mendExposition(dst, src []byte) []byte {
 	for len(src) > 0 {
 		line := src
@@ -336,6 +344,11 @@ func mendExposition(dst, src []byte) []byte {
 				line = line[len(name):]
 			}
 			dst = append(dst, line...)
+			if base, ok := bytes.CutSuffix(name, []byte("_bucket")); ok && families[string(base)].countOnly {
+				if v, ok := bytes.CutPrefix(line[len(name):], []byte(`{le="+Inf"} `)); ok {
+					dst = append(append(append(append(dst, '\n'), base...), "_count "...), v...)
+				}
+			}
 		}
 		dst = append(dst, '\n')
 	}

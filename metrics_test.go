@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"net"
@@ -150,8 +151,9 @@ func parseSample(line string) (expoSample, error) {
 // petstore's, the Redis limiter's included (through PETSTORE_TEST_REDIS
 // when it is set; otherwise through a --redis where nothing listens, so
 // that the instance limits on its own and says so), and sends it requests
-// of each kind: 200, 201, 401, 404 on a route and off any, and a 429. It
-// returns the server and how many requests each route label had.
+// of each kind: 200, 201, 401, 404 on a route and off any, 405, HEAD, and
+// 429s on routes and off any. It returns the server and how many requests
+// each route label had.
 func metricsTraffic(t *testing.T) (*testServer, map[string]int) {
 	t.Helper()
 	args := []string{"--anon-rpm", "3"}
@@ -175,11 +177,20 @@ func metricsTraffic(t *testing.T) (*testServer, map[string]int) {
 		{"GET", "/v1/categories", ts.key, "", "GET /v1/categories", 200},
 		{"GET", "/v1/categories", ts.key, "", "GET /v1/categories", 200},
 		{"GET", "/v1/pets/987654", ts.key, "", "GET /v1/pets/{petId}", 404},
+		{"HEAD", "/v1/categories", ts.key, "", "HEAD /v1/categories", 200},
+		{"DELETE", "/v1/categories", ts.key, "", "unmatched", 405},
 		// Without a key, three a minute from one address.
 		{"GET", "/v1/nowhere", "", "", "unmatched", 404},
 		{"GET", "/v1/categories", "", "", "GET /v1/categories", 401},
 		{"GET", "/v1/categories", "", "", "GET /v1/categories", 401},
-		{"GET", "/v1/categories", "", "", "", 429},
+		// Refused before routing, each labelled with the route it would
+		// have matched: none for a 404's path or a 405's method.
+		{"GET", "/v1/categories", "", "", "GET /v1/categories", 429},
+		{"HEAD", "/v1/categories", "", "", "HEAD /v1/categories", 429},
+		{"POST", "/v1/categories", "", `{"name":"Cat"}`, "POST /v1/categories", 429},
+		{"GET", "/v1/pets/1", "", "", "GET /v1/pets/{petId}", 429},
+		{"DELETE", "/v1/categories", "", "", "unmatched", 429},
+		{"GET", "/v1/nowhere", "", "", "unmatched", 429},
 	} {
 		got := ts.do(t, r.method, r.path, r.key, r.body)
 		if got.status != r.status {
@@ -234,6 +245,9 @@ func TestMetricsExposition(t *testing.T) {
 		if strings.HasSuffix(name, "_total") != (f.typ == "counter") {
 			t.Errorf("%s: TYPE %s; a counter, and only a counter, ends in _total", name, f.typ)
 		}
+		if f.typ == "histogram" {
+			checkHistogram(t, name, f)
+		}
 		if f.typ == "counter" || f.typ == "gauge" {
 			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
 				if strings.HasSuffix(name, suffix) {
@@ -284,13 +298,7 @@ func TestMetricsExposition(t *testing.T) {
 		wantLEs = append(wantLEs, strconv.FormatFloat(b, 'g', -1, 64))
 	}
 	wantLEs = append(wantLEs, "+Inf")
-	made := map[string]int{}
-	for route, n := range routes {
-		if route == "" {
-			route = "unmatched" // a 429 before routing
-		}
-		made[route] += n
-	}
+	made := routes
 	for route, n := range made {
 		if byRoute[route] == nil {
 			t.Errorf("route %q: %d requests, no latency histogram", route, n)
@@ -335,6 +343,57 @@ func TestMetricsExposition(t *testing.T) {
 	}
 }
 
+// checkHistogram fails t unless each series of the histogram family name
+// (its samples less the le label) has a +Inf bucket, a _count equal to it,
+// and a _sum, except the Go runtime's, whose runtime/metrics source keeps
+// no sum (families marks them).
+func checkHistogram(t *testing.T, name string, f *expoFamily) {
+	t.Helper()
+	type series struct {
+		inf, count     float64
+		hasInf, hasCt  bool
+		hasSum, series bool
+	}
+	all := map[string]*series{}
+	for _, s := range f.samples {
+		var id []string
+		for k, v := range s.labels {
+			if k != "le" {
+				id = append(id, k+"="+v)
+			}
+		}
+		slices.Sort(id)
+		key := strings.Join(id, ",")
+		if all[key] == nil {
+			all[key] = &series{}
+		}
+		sr := all[key]
+		switch s.name {
+		case name + "_bucket":
+			if s.labels["le"] == "+Inf" {
+				sr.inf, sr.hasInf = s.value, true
+			}
+		case name + "_count":
+			sr.count, sr.hasCt = s.value, true
+		case name + "_sum":
+			sr.hasSum = true
+		}
+	}
+	for key, sr := range all {
+		switch {
+		case !sr.hasInf:
+			t.Errorf("histogram %s{%s}: no +Inf bucket", name, key)
+		case !sr.hasCt:
+			t.Errorf("histogram %s{%s}: no _count", name, key)
+		case sr.count != sr.inf:
+			t.Errorf("histogram %s{%s}: _count %v, +Inf bucket %v", name, key, sr.count, sr.inf)
+		}
+		if !sr.hasSum && !families[name].countOnly {
+			t.Errorf("histogram %s{%s}: no _sum", name, key)
+		}
+	}
+}
+
 // TestMetricsPassPromtool runs Prometheus's own linter, `promtool check
 // metrics`, on a real scrape taken after requests of every kind (a 404, a
 // 429) with the Redis limiter's families present: it must find nothing.
@@ -347,7 +406,7 @@ func TestMetricsPassPromtool(t *testing.T) {
 	}
 	ts, _ := metricsTraffic(t)
 	scrape := ts.get(t, ts.admin+"/metrics")
-	for _, want := range []string{`status="429"`, `status="404"`, "\npetstore_redis_calls_total ", `petstore_http_request_duration_seconds_bucket{route="GET /v1/pets/{petId}",le="+Inf"} 1`} {
+	for _, want := range []string{`status="429"`, `status="404"`, "\npetstore_redis_calls_total ", `petstore_http_request_duration_seconds_bucket{route="GET /v1/pets/{petId}",le="+Inf"} 2`, "\ngo_gc_pauses_seconds_count "} {
 		if !strings.Contains(scrape, want) {
 			t.Fatalf("the scrape lacks %q:\n%s", want, scrape)
 		}
@@ -362,18 +421,21 @@ func TestMetricsPassPromtool(t *testing.T) {
 
 // TestMendExposition: help texts filled in, the library's texts kept,
 // types and names of families applied to the HELP, the TYPE and the
-// samples, other lines untouched.
+// samples, a runtime histogram's _count added, other lines untouched.
 func TestMendExposition(t *testing.T) {
 	in := "# HELP petstore_bans_total\n# TYPE petstore_bans_total counter\npetstore_bans_total 2\n" +
 		"# HELP go_cgo_calls_count\n# TYPE go_cgo_calls_count counter\ngo_cgo_calls_count 7\n" +
 		"# HELP process_io_read_bytes_total\n# TYPE process_io_read_bytes_total gauge\nprocess_io_read_bytes_total 5\n" +
 		"# HELP go_new_thing_bytes\n# TYPE go_new_thing_bytes gauge\ngo_new_thing_bytes{a=\"b c\"} 1\n" +
-		"# HELP x_with_text Its own text.\n# TYPE x_with_text gauge\nx_with_text 1\n"
+		"# HELP x_with_text Its own text.\n# TYPE x_with_text gauge\nx_with_text 1\n" +
+		"# HELP go_gc_pauses_seconds\n# TYPE go_gc_pauses_seconds histogram\ngo_gc_pauses_seconds_bucket{le=\"1e-05\"} 3\ngo_gc_pauses_seconds_bucket{le=\"+Inf\"} 5\n"
 	want := "# HELP petstore_bans_total " + families["petstore_bans_total"].help + "\n# TYPE petstore_bans_total counter\npetstore_bans_total 2\n" +
 		"# HELP go_cgo_calls_total " + families["go_cgo_calls_count"].help + "\n# TYPE go_cgo_calls_total counter\ngo_cgo_calls_total 7\n" +
 		"# HELP process_io_read_bytes_total " + families["process_io_read_bytes_total"].help + "\n# TYPE process_io_read_bytes_total counter\nprocess_io_read_bytes_total 5\n" +
 		"# HELP go_new_thing_bytes " + genericHelp("go_") + "\n# TYPE go_new_thing_bytes gauge\ngo_new_thing_bytes{a=\"b c\"} 1\n" +
-		"# HELP x_with_text Its own text.\n# TYPE x_with_text gauge\nx_with_text 1\n"
+		"# HELP x_with_text Its own text.\n# TYPE x_with_text gauge\nx_with_text 1\n" +
+		"# HELP go_gc_pauses_seconds " + families["go_gc_pauses_seconds"].help + "\n# TYPE go_gc_pauses_seconds histogram\n" +
+		"go_gc_pauses_seconds_bucket{le=\"1e-05\"} 3\ngo_gc_pauses_seconds_bucket{le=\"+Inf\"} 5\ngo_gc_pauses_seconds_count 5\n"
 	if got := string(mendExposition(nil, []byte(in))); got != want {
 		t.Errorf("mendExposition:\n%s\nwant\n%s", got, want)
 	}
@@ -418,5 +480,71 @@ func BenchmarkMetricsScrape(b *testing.B) {
 	for b.Loop() {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, req)
+	}
+}
+
+// TestRouteLabelOfRefusalsAndHeads: a 429 is counted, and logged, under
+// the route its request would have matched; a HEAD under its own HEAD
+// label, answered or refused; a 405, and a 429 of a path no route has,
+// under "unmatched".
+func TestRouteLabelOfRefusalsAndHeads(t *testing.T) {
+	ts := startServer(t, "--anon-rpm", "1", "--log-format", "json")
+	for _, r := range []struct {
+		method, path, key string
+		status            int
+		route             string
+	}{
+		{"HEAD", "/v1/categories", ts.key, 200, "HEAD /v1/categories"},
+		{"DELETE", "/v1/categories", ts.key, 405, "unmatched"},
+		{"GET", "/v1/categories", "", 401, "GET /v1/categories"},
+		{"GET", "/v1/categories", "", 429, "GET /v1/categories"},
+		{"HEAD", "/v1/categories", "", 429, "HEAD /v1/categories"},
+		{"HEAD", "/v1/pets/7", "", 429, "HEAD /v1/pets/{petId}"},
+		{"DELETE", "/v1/categories", "", 429, "unmatched"},
+	} {
+		got := ts.do(t, r.method, r.path, r.key, "", "X-Request-Id", "label-"+strconv.Itoa(r.status)+"-"+r.method+"-"+strings.ReplaceAll(r.path, "/", "."))
+		if got.status != r.status {
+			t.Fatalf("%s %s: %d %s, want %d", r.method, r.path, got.status, got.body, r.status)
+		}
+	}
+	scrape := ts.get(t, ts.admin+"/metrics")
+	for _, want := range []string{
+		`petstore_http_requests_total{route="HEAD /v1/categories",status="200"} 1`,
+		`petstore_http_requests_total{route="unmatched",status="405"} 1`,
+		`petstore_http_requests_total{route="GET /v1/categories",status="401"} 1`,
+		`petstore_http_requests_total{route="GET /v1/categories",status="429"} 1`,
+		`petstore_http_requests_total{route="HEAD /v1/categories",status="429"} 1`,
+		`petstore_http_requests_total{route="HEAD /v1/pets/{petId}",status="429"} 1`,
+		`petstore_http_requests_total{route="unmatched",status="429"} 1`,
+		`petstore_http_request_duration_seconds_count{route="HEAD /v1/categories"} 2`,
+	} {
+		if !strings.Contains(scrape, want+"\n") {
+			t.Errorf("the scrape lacks %s", want)
+		}
+	}
+
+	ts.stop()
+	routes := map[string]string{} // request id -> route
+	for line := range strings.SplitSeq(strings.TrimSpace(ts.stderr.String()), "\n") {
+		var rec struct {
+			Msg       string `json:"msg"`
+			Route     string `json:"route"`
+			RequestID string `json:"request_id"`
+		}
+		if err := json.Unmarshal([]byte(line), &rec); err == nil && rec.Msg == "request" {
+			routes[rec.RequestID] = rec.Route
+		}
+	}
+	for id, want := range map[string]string{
+		"label-200-HEAD-.v1.categories":   "HEAD /v1/categories",
+		"label-405-DELETE-.v1.categories": "",
+		"label-429-GET-.v1.categories":    "GET /v1/categories",
+		"label-429-HEAD-.v1.categories":   "HEAD /v1/categories",
+		"label-429-HEAD-.v1.pets.7":       "HEAD /v1/pets/{petId}",
+		"label-429-DELETE-.v1.categories": "",
+	} {
+		if got, ok := routes[id]; !ok || got != want {
+			t.Errorf("the log line of %s: route %q (logged: %v), want %q", id, got, ok, want)
+		}
 	}
 }

@@ -16,22 +16,35 @@ import (
 	"time"
 )
 
-// newRouter routes requests to routes, and answers what they do not match
+// router routes requests to routes, and answers what they do not match
 // (404, 405 with Allow, and the redirects of non-canonical paths) with a
-// JSON Error instead of the mux's plain text. A request is matched once: a
+// JSON Error instead of the mux's plain text. It names the route of each
+// request it routes for the log and the metrics, and tells the limiter
+// which route a request it refuses would have matched (routeOf).
+type router struct {
+	mux   *http.ServeMux    // the routes and a catch-all "/"
+	known *http.ServeMux    // the routes alone
+	heads map[string]string // the label of a HEAD routed to a GET pattern: "GET /x" -> "HEAD /x"
+}
+
+// newRouter returns the router of routes. A request is matched once: a
 // catch-all "/" takes what the routes do not, and only then asks a second
 // mux, of the routes alone, whether the path exists with other methods.
-func newRouter(routes []route) http.Handler {
-	known := http.NewServeMux()
-	mux := http.NewServeMux()
-	for _, rt := range routes {
-		known.Handle(rt.pattern, rt.handler)
-		mux.Handle(rt.pattern, notePattern(rt.handler))
+func newRouter(routes []route) *router {
+	rt := &router{mux: http.NewServeMux(), known: http.NewServeMux(), heads: map[string]string{}}
+	for _, e := range routes {
+		head := e.pattern
+		if rest, ok := strings.CutPrefix(e.pattern, "GET "); ok {
+			head = "HEAD " + rest
+			rt.heads[e.pattern] = head
+		}
+		rt.known.Handle(e.pattern, e.handler)
+		rt.mux.Handle(e.pattern, notePattern(e.pattern, head, e.handler))
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	rt.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		// Only the mux's own 404 and 405 handlers are probed, never a route:
 		// a route's pattern would have matched before "/" did.
-		h, pattern := known.Handler(r)
+		h, pattern := rt.known.Handler(r)
 		probe := &headerProbe{header: http.Header{}}
 		if pattern == "" {
 			h.ServeHTTP(probe, r)
@@ -44,20 +57,42 @@ func newRouter(routes []route) http.Handler {
 		}
 		writeError(w, r, errorf("not_found", "no such path: %s", r.URL.Path))
 	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !isCanonicalPath(r.URL.Path) {
-			writeError(w, r, errorf("not_found", "no such path: %s (paths must not contain . or .. segments or empty segments)", r.URL.Path))
-			return
-		}
-		mux.ServeHTTP(w, r)
-	})
+	return rt
 }
 
-// notePattern tells the request log which route matched.
-func notePattern(next http.Handler) http.Handler {
+func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !isCanonicalPath(r.URL.Path) {
+		writeError(w, r, errorf("not_found", "no such path: %s (paths must not contain . or .. segments or empty segments)", r.URL.Path))
+		return
+	}
+	rt.mux.ServeHTTP(w, r)
+}
+
+// routeOf returns the route label that r would get if it were routed: its
+// route's pattern, "HEAD ..." for a HEAD that a GET route takes, and ""
+// when no route takes it (a 404 or a 405). It routes nothing.
+func (rt *router) routeOf(r *http.Request) string {
+	if !isCanonicalPath(r.URL.Path) {
+		return "" // Handler would name the redirect's target
+	}
+	_, pattern := rt.known.Handler(r)
+	if r.Method == http.MethodHead {
+		if head, ok := rt.heads[pattern]; ok {
+			return head
+		}
+	}
+	return pattern
+}
+
+// notePattern tells the log and the metrics which route matched: pattern,
+// or head for a HEAD (the mux routes a HEAD to a GET pattern).
+func notePattern(pattern, head string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if st := stateOf(r); st != nil {
-			st.pattern = r.Pattern
+			st.pattern = pattern
+			if r.Method == http.MethodHead {
+				st.pattern = head
+			}
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -87,15 +122,24 @@ func (p *headerProbe) Header() http.Header         { return p.header }
 func (p *headerProbe) Write(b []byte) (int, error) { return len(b), nil }
 func (p *headerProbe) WriteHeader(status int)      { p.status = status }
 
-// withRequestID gives every response an X-Request-Id: the client's own when
-// it is sane, else a random one.
+// nosniff is the value of X-Content-Type-Options, one slice shared by
+// every response (no allocation); its capacity is its length, so that an
+// Add would copy it, never write into it.
+var nosniff = []string{"nosniff"}
+
+// withRequestID gives every response an X-Request-Id, the client's own
+// when it is sane, else a random one; and X-Content-Type-Options:
+// nosniff, so that no browser takes a body for HTML (a 404's echoes the
+// path). It runs first on both listeners, so every answer has them.
 func withRequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get("X-Request-Id")
 		if !saneRequestID(id) {
 			id = newRequestID()
 		}
-		w.Header()["X-Request-Id"] = []string{id}
+		h := w.Header()
+		h["X-Request-Id"] = []string{id}
+		h["X-Content-Type-Options"] = nosniff
 		next.ServeHTTP(w, r)
 	})
 }

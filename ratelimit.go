@@ -46,7 +46,10 @@ type rateLimiter interface {
 // client hangs up, as far as net/http notices (a request whose body is
 // still unread waits the whole hold); a server shutting down waits for it
 // at most hold. The log's duration and the latency metrics include it.
-func limitRequests(lim rateLimiter, trustProxy bool, hold time.Duration, m *serverMetrics) func(http.Handler) http.Handler {
+//
+// A refused request is not routed: routeOf names the route it would have
+// matched, for the log and the metrics.
+func limitRequests(lim rateLimiter, trustProxy bool, hold time.Duration, m *serverMetrics, routeOf func(*http.Request) string) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if !isAPIPath(r.URL.Path) {
@@ -54,13 +57,17 @@ func limitRequests(lim rateLimiter, trustProxy bool, hold time.Duration, m *serv
 				return
 			}
 			var d decision
-			if st := stateOf(r); st != nil && st.key != nil {
+			st := stateOf(r)
+			if st != nil && st.key != nil {
 				d = lim.allowKey(st.key.Lineage, st.key.RPM, st.key.RPD) // one bucket, quota and ban for a lineage
 			} else {
 				d = lim.allowAddr(clientAddr(r, trustProxy))
 			}
 			d.setHeaders(w.Header())
 			if !d.Allowed {
+				if st != nil {
+					st.pattern = routeOf(r)
+				}
 				m.refused(d.Code)
 				if d.Code == "key_banned" && hold > 0 {
 					wait(r.Context(), hold)

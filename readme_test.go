@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -171,5 +173,29 @@ func TestEnvFileModeAgrees(t *testing.T) {
 	}
 	if len(modes) != 1 || len(modes["0600"]) < 2 {
 		t.Errorf("the env file is installed with modes %v, want 0600 everywhere (in deploy/ and the docs)", modes)
+	}
+}
+
+// TestReadmeHealthzExample: the README's example of a /healthz body has
+// the keys the server sends, in the order it sends them, and its values
+// but the version.
+func TestReadmeHealthzExample(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?m)^\\| `GET /healthz` .*?`(\\{[^`]*\\})`").FindSubmatch(readme)
+	if m == nil {
+		t.Fatal("no example body in the README's row of GET /healthz")
+	}
+	ts := startServer(t)
+	r := ts.do(t, "GET", "/healthz", "", "")
+	if r.status != 200 {
+		t.Fatalf("GET /healthz: %d %s", r.status, r.body)
+	}
+	sent := string(bytes.TrimSpace(r.body))
+	version := decode[map[string]string](t, r)["version"]
+	if want := strings.Replace(string(m[1]), `"version":"..."`, `"version":`+strconv.Quote(version), 1); sent != want {
+		t.Errorf("the README shows /healthz as %s; the server sends %s", m[1], sent)
 	}
 }

@@ -39,14 +39,15 @@ func newServer(logger *slog.Logger, reqLog *requestLog, store Store, idem *idemp
 		route{"GET /healthz", handleHealth(cfg.env)},
 		route{"GET /readyz", handleReady(store, lim)})
 	routes = append(routes, docsRoutes()...)
-	return chain(newRouter(routes),
-		withRequestID,                                      // runs first: every answer has an id
-		logRequests(reqLog, m),                             // one log line (429s sampled) and the metrics of each request
-		recoverPanics(logger),                              // a panic is a 500, or a cut connection
-		withCORS(cfg.cors),                                 // answers preflights: before the key and the limiter
-		areaHeaders(cfg.petsDeprecation()),                 // before the limiter: a 429 carries them too
-		authenticate(keys),                                 // resolves the key once; refuses nothing
-		limitRequests(lim, cfg.trustProxy, cfg.banHold, m), // before routing: a 429 comes even on an unknown path
+	rt := newRouter(routes)
+	return chain(rt,
+		withRequestID,                      // runs first: every answer has an id, and nosniff
+		logRequests(reqLog, m),             // one log line (429s sampled) and the metrics of each request
+		recoverPanics(logger),              // a panic is a 500, or a cut connection
+		withCORS(cfg.cors),                 // answers preflights: before the key and the limiter
+		areaHeaders(cfg.petsDeprecation()), // before the limiter: a 429 carries them too
+		authenticate(keys),                 // resolves the key once; refuses nothing
+		limitRequests(lim, cfg.trustProxy, cfg.banHold, m, rt.routeOf), // before routing: a 429 comes even on an unknown path
 	) // then the router (404, 405), then requireKey on each route that needs it (401)
 }
 
@@ -57,7 +58,7 @@ func newAdminServer(store Store, lim rateLimiter, m *serverMetrics, cfg serveCon
 		{"GET /metrics", handleMetrics(m)},
 		{"GET /healthz", handleHealth(cfg.env)},
 		{"GET /readyz", handleReady(store, lim)},
-	}), withRequestID)
+	}), withRequestID) // every answer has an id, and nosniff
 }
 
 // chain returns h behind the middleware mws, the first of them running
