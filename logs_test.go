@@ -467,8 +467,10 @@ func logCounts(t *testing.T, format, log string) (counts []map[string]int64) {
 // answered is either in the log or counted under status_429, and no second
 // logs more than logBudgetPerSecond lines that spend the budget.
 func TestFloodLogIsSampled(t *testing.T) {
-	ts := startServer(t, "--ban-threshold", "1000000000") // no ban: plain refusals, as fast as they come
-	free := createKey(t, ts.db, "--plan", "free", "--name", "flood")
+	db := testDB(t)
+	key := createKey(t, db, "--plan", "business", "--name", "test")
+	free := createKey(t, db, "--plan", "free", "--name", "flood")    // known from the start: no 401s
+	ts := startServerOn(t, db, key, "--ban-threshold", "1000000000") // no ban: plain refusals, as fast as they come
 	var mu sync.Mutex
 	refused := 0
 	var wg sync.WaitGroup
