@@ -251,7 +251,8 @@ func isAPIPath(p string) bool {
 // answer, so that it reveals nothing about which keys exist.
 func requireKey(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if st := stateOf(r); st == nil || st.key == nil {
+		st := stateOf(r)
+		if st == nil || st.key == nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="petstore"`)
 			err := errUnauthorized
 			if st != nil && st.expired {
@@ -261,6 +262,7 @@ func requireKey(next http.Handler) http.Handler {
 			writeError(w, r, err)
 			return
 		}
+		st.served = true
 		next.ServeHTTP(w, r)
 	})
 }

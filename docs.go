@@ -121,7 +121,7 @@ func serveDocsAsset(assets func() (map[string]*docsAsset, error), name func(*htt
 		}
 		a, ok := all[name(r)]
 		if !ok {
-			writeError(w, r, errorf("not_found", "no such path: %s", r.URL.Path))
+			writeError(w, r, errorf("not_found", "no such path: %s", clipField(r.URL.Path)))
 			return
 		}
 		h := w.Header()

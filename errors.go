@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"unicode/utf8"
 )
 
 // apiError is what a client may see of an error.
@@ -73,4 +75,59 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		ae = errorf("internal_error", "internal error; the request id is in the X-Request-Id header")
 	}
 	writeJSON(w, ae.Status, ae)
+}
+
+// maxFieldBytes bounds what an error message or a log line shows of one
+// field of a request (its method, path, query, X-Request-Id, User-Agent),
+// counted after escaping; fieldCut ends a field cut there.
+const (
+	maxFieldBytes = 256
+	fieldCut      = "...(truncated)"
+)
+
+// clipField returns s as it may be shown in an error message or a log
+// line: escaped as the inside of a Go string literal (strconv.Quote
+// without its quotes: a newline is \n, invalid UTF-8 \xff, a quote \"),
+// then cut to at most maxFieldBytes, ending in fieldCut when cut. An
+// escape is never cut in two. A short printable s is returned as it is.
+func clipField(s string) string {
+	if len(s) <= maxFieldBytes && printableField(s) {
+		return s
+	}
+	var b, q []byte
+	cut := 0 // where b ends with room left for fieldCut
+	for i := 0; i < len(s); {
+		_, size := utf8.DecodeRuneInString(s[i:])
+		q = strconv.AppendQuote(q[:0], s[i:i+size])
+		piece := q[1 : len(q)-1]
+		if len(b)+len(piece) > maxFieldBytes {
+			return string(b[:cut]) + fieldCut
+		}
+		b = append(b, piece...)
+		if len(b) <= maxFieldBytes-len(fieldCut) {
+			cut = len(b)
+		}
+		i += size
+	}
+	return string(b)
+}
+
+// printableField reports whether strconv.Quote would leave s as it is.
+func printableField(s string) bool {
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c < 0x20 || c == 0x7f || c == '"' || c == '\\' {
+				return false
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 || !strconv.IsPrint(r) {
+			return false
+		}
+		i += size
+	}
+	return true
 }

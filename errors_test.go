@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestWriteError(t *testing.T) {
@@ -185,6 +186,93 @@ func TestWriteRawContentLength(t *testing.T) {
 				t.Errorf("%s %d bytes: status %d, Content-Length %d, Transfer-Encoding %v, %d bytes read, Content-Type %q",
 					method, n, resp.StatusCode, resp.ContentLength, resp.TransferEncoding, len(body), resp.Header.Get("Content-Type"))
 			}
+		}
+	}
+}
+
+// clipField shows a request's field escaped, as the inside of a Go string
+// literal, and at most maxFieldBytes of it, never cutting an escape.
+func TestClipField(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"GET", "GET"},
+		{"", ""},
+		{"a\nb\r\x00", `a\nb\r\x00`},
+		{"\xff\xfe", `\xff\xfe`},
+		{`say "hi" \ bye`, `say \"hi\" \\ bye`},
+		{"école 日本 \u2028", `école 日本 \u2028`},
+		{strings.Repeat("a", maxFieldBytes), strings.Repeat("a", maxFieldBytes)},
+		{strings.Repeat("a", maxFieldBytes+1), strings.Repeat("a", maxFieldBytes-len(fieldCut)) + fieldCut},
+		{strings.Repeat("\x00", 100), strings.Repeat(`\x00`, (maxFieldBytes-len(fieldCut))/4) + fieldCut},
+		{strings.Repeat("é", 200), strings.Repeat("é", (maxFieldBytes-len(fieldCut))/2) + fieldCut},
+		{strings.Repeat("\n", 64), strings.Repeat(`\n`, 64)}, // 128 bytes escaped: whole
+	} {
+		if got := clipField(tt.in); got != tt.want {
+			t.Errorf("clipField(%.40q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+	// Whatever comes in, what goes out is short, printable, valid UTF-8,
+	// and, when not cut, reads back as what came in.
+	pieces := []string{"a", "\n", "\xff", "é", "\u2028", `"`, `\`, "\x7f", "日", " "}
+	for i := range 2000 {
+		var b strings.Builder
+		for j := range i % 400 {
+			b.WriteString(pieces[(i*7+j*j)%len(pieces)])
+		}
+		in := b.String()
+		out := clipField(in)
+		if len(out) > maxFieldBytes || !utf8.ValidString(out) || strings.ContainsAny(out, "\n\r\x00\x7f\u2028") {
+			t.Fatalf("clipField(%q) = %q: longer than %d, or not printable", in, out, maxFieldBytes)
+		}
+		if !strings.HasSuffix(out, fieldCut) {
+			if back, err := strconv.Unquote(`"` + out + `"`); err != nil || back != in {
+				t.Fatalf("clipField(%q) = %q reads back as %q (%v)", in, out, back, err)
+			}
+		}
+	}
+}
+
+// An error message shows at most maxFieldBytes of each field of the
+// request it echoes, escaped: a 405's method, a 404's path, a query value.
+func TestErrorsClipRequestFields(t *testing.T) {
+	ts := startServer(t)
+	client := &http.Client{}
+	huge := strings.Repeat("A", 10000)
+	for _, tt := range []struct {
+		name, method, path string
+		status             int
+	}{
+		{"405 method", huge, "/healthz", 405},
+		{"404 path", "GET", "/nothere/" + strings.Repeat("%0a%00x", 3000), 404},
+		{"404 non-canonical path", "GET", "/a//" + strings.Repeat("%0ax", 3000), 404},
+		{"404 docs asset", "GET", "/docs/" + strings.Repeat("%0ax", 3000), 404},
+		{"400 path parameter", "GET", "/v1/pets/" + strings.Repeat("%0ax", 3000), 400},
+		{"400 query", "GET", "/v1/pets?categoryId=" + strings.Repeat("%0ax", 3000), 400},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := http.NewRequest(tt.method, ts.base+tt.path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+ts.key)
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var e apiError
+			if err := json.Unmarshal(body, &e); err != nil || resp.StatusCode != tt.status {
+				t.Fatalf("status %d, want %d; body %.300s", resp.StatusCode, tt.status, body)
+			}
+			if len(e.Message) > maxFieldBytes+150 || !strings.Contains(e.Message, fieldCut) || strings.ContainsAny(e.Message, "\n\x00") {
+				t.Errorf("a message of %d bytes, not cut or not escaped: %.400q", len(e.Message), e.Message)
+			}
+		})
+	}
+	ts.stop()
+	for ln := range strings.Lines(ts.stderr.String()) {
+		if len(ln) > 2048 {
+			t.Errorf("a log line of %d bytes: %.300s", len(ln), ln)
 		}
 	}
 }

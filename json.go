@@ -183,7 +183,7 @@ func decodeBody(body []byte, dst any) error {
 	known := jsonFieldNames(dst)
 	for _, k := range keys {
 		if !slices.Contains(known, k) {
-			return errorf("validation_failed", "unknown field %q", k)
+			return errorf("validation_failed", "unknown field \"%s\"", clipField(k))
 		}
 	}
 	if err != nil {
@@ -240,7 +240,7 @@ func checkJSONShape(body []byte) (topKeys []string, _ *apiError) {
 				key := jsonKey(body[i:end])
 				top := &stack[len(stack)-1]
 				if top.seen(key) {
-					return nil, errorf("invalid_json", "the key %q appears twice in one object", key)
+					return nil, errorf("invalid_json", "the key \"%s\" appears twice in one object", clipField(key))
 				}
 				if len(stack) == 1 {
 					topKeys = append(topKeys, key)

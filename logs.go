@@ -32,8 +32,9 @@ type logWriter struct {
 	full chan struct{} // wakes flushEvery early; nil when nothing runs it
 
 	// beforeFlush, when set before flushEvery starts, runs before each of
-	// its flushes, final on the last one: the request log's refusal count.
-	beforeFlush func(now time.Time, final bool)
+	// its flushes, final on the last one: the request log's count of the
+	// lines it left out.
+	beforeFlush func(final bool)
 }
 
 const (
@@ -118,7 +119,7 @@ func (l *logWriter) flushEvery(ctx context.Context, interval time.Duration) {
 		select {
 		case <-ctx.Done():
 			if l.beforeFlush != nil {
-				l.beforeFlush(time.Now(), true)
+				l.beforeFlush(true)
 			}
 			l.Flush()
 			return
@@ -129,7 +130,7 @@ func (l *logWriter) flushEvery(ctx context.Context, interval time.Duration) {
 			}
 		}
 		if l.beforeFlush != nil {
-			l.beforeFlush(time.Now(), false)
+			l.beforeFlush(false)
 		}
 		l.Flush()
 	}

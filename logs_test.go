@@ -6,10 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"reflect"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -331,60 +331,94 @@ func TestRequestLogTimeCache(t *testing.T) {
 	}
 }
 
-// TestRefusedRequestsSampled: of the refused requests (429) of one second,
-// the first refusedLinesPerSecond are logged in full and the rest counted
-// in one line once the second is over, written by the next line of a later
-// second or by the flusher (endSecond); other lines are never held back.
-func TestRefusedRequestsSampled(t *testing.T) {
+// TestLogBudget: of the lines that spend the budget in one second,
+// whatever their status, the first logBudgetPerSecond are written and the
+// rest counted, by status, in one line once the second is over, written by
+// the next line of a later second or by the flusher (endSecond); a valid
+// key's lines of its operations' answers are never held back and spend
+// nothing; allow spends the same budget for lines written elsewhere.
+func TestLogBudget(t *testing.T) {
 	for _, format := range []string{"text", "json"} {
 		out := &logWriter{}
 		l := newRequestLog(format, slog.LevelInfo, out)
 		s := time.Unix(1_800_000_000, 0).UTC()
-		line := func(status int) *requestLine {
-			return &requestLine{method: "GET", route: "GET /v1/categories", status: status, requestID: "id", remote: "127.0.0.1:1"}
+		line := func(status int, budgeted bool) *requestLine {
+			return &requestLine{method: "GET", route: "GET /v1/categories", status: status, requestID: "id", remote: "127.0.0.1:1", budgeted: budgeted}
 		}
-		count := func(what string) int { return strings.Count(string(out.buf), what) }
-		short := regexp.MustCompile(`refused requests not logged\W{1,4}count\W{1,2}(\d+)`)
-		shorts := func() (n []int) {
-			for _, m := range short.FindAllStringSubmatch(string(out.buf), -1) {
-				v, _ := strconv.Atoi(m[1])
-				n = append(n, v)
+		lines := func(status int) int {
+			n := 0
+			for ln := range strings.Lines(string(out.buf)) {
+				if strings.Contains(ln, "status=") && strings.Contains(ln, "status="+strconv.Itoa(status)) ||
+					strings.Contains(ln, `"status":`+strconv.Itoa(status)+",") {
+					n++
+				}
 			}
 			return n
 		}
+		want := func(when string, wantCounts ...map[string]int64) {
+			t.Helper()
+			if got := logCounts(t, format, string(out.buf)); !reflect.DeepEqual(got, wantCounts) && len(got)+len(wantCounts) > 0 {
+				t.Errorf("%s: %s: count lines %v, want %v", format, when, got, wantCounts)
+			}
+		}
 		for i := range 250 {
-			l.write(s.Add(time.Duration(i)*time.Millisecond), line(429))
+			l.write(s.Add(time.Duration(i)*time.Millisecond), line([]int{404, 429}[i%2], true))
+			if i >= 100 && i < 250 {
+				l.write(s.Add(time.Duration(i)*time.Millisecond), line(200, false))
+			}
 		}
-		l.write(s.Add(300*time.Millisecond), line(200))
-		l.write(s.Add(-time.Millisecond), line(429)) // late: counts in the newer second
+		l.write(s.Add(-time.Millisecond), line(429, true)) // late: counts in the newer second
 		l.endSecond(s.Add(900*time.Millisecond), false)
-		if got := count("429"); got != refusedLinesPerSecond {
-			t.Errorf("%s: %d lines of 429 in the first second, want %d", format, got, refusedLinesPerSecond)
+		if lines(404)+lines(429) != logBudgetPerSecond || lines(404) != 50 || lines(200) != 150 {
+			t.Errorf("%s: the first second wrote %d lines of 404, %d of 429, %d of 200; want 50, 50 and every one of the 150",
+				format, lines(404), lines(429), lines(200))
 		}
-		if count("200") != 1 || len(shorts()) != 0 {
-			t.Errorf("%s: the 200 must be logged and no count written within the second:\n%s", format, out.buf)
-		}
-		l.write(s.Add(1200*time.Millisecond), line(429))
-		if got := shorts(); !reflect.DeepEqual(got, []int{151}) || count("429") != refusedLinesPerSecond+1 {
-			t.Errorf("%s: a new second's 429: counts %v, %d lines of 429; want [151], %d", format, got, count("429"), refusedLinesPerSecond+1)
+		want("within the second")
+		l.write(s.Add(1200*time.Millisecond), line(405, true))
+		want("a new second's line", map[string]int64{"count": 151, "status_404": 75, "status_429": 76})
+		if lines(405) != 1 {
+			t.Errorf("%s: the new second's line is missing", format)
 		}
 		for i := range 150 {
-			l.write(s.Add(1300*time.Millisecond+time.Duration(i)), line(429))
+			l.write(s.Add(1300*time.Millisecond+time.Duration(i)), line(401, true))
 		}
 		l.endSecond(s.Add(1999*time.Millisecond), false)
-		if got := shorts(); len(got) != 1 {
-			t.Errorf("%s: counts %v before the second ended", format, got)
-		}
+		want("before the second ended", map[string]int64{"count": 151, "status_404": 75, "status_429": 76})
 		l.endSecond(s.Add(2050*time.Millisecond), false)
-		if got := shorts(); !reflect.DeepEqual(got, []int{151, 51}) {
-			t.Errorf("%s: counts %v after the flusher's call, want [151 51]", format, got)
+		want("after the flusher's call", map[string]int64{"count": 151, "status_404": 75, "status_429": 76},
+			map[string]int64{"count": 51, "status_401": 51})
+		if lines(401) != logBudgetPerSecond-1 {
+			t.Errorf("%s: %d lines of 401 in a second that had written a 405, want %d", format, lines(401), logBudgetPerSecond-1)
 		}
 		for i := range 101 {
-			l.write(s.Add(2100*time.Millisecond+time.Duration(i)), line(429))
+			l.write(s.Add(2100*time.Millisecond+time.Duration(i)), line(204, true))
 		}
+		l.write(s.Add(2150*time.Millisecond), line(503, true))
 		l.endSecond(s.Add(2200*time.Millisecond), true) // the last flush
-		if got := shorts(); !reflect.DeepEqual(got, []int{151, 51, 1}) {
-			t.Errorf("%s: counts %v after the final flush, want [151 51 1]", format, got)
+		want("after the final flush", map[string]int64{"count": 151, "status_404": 75, "status_429": 76},
+			map[string]int64{"count": 51, "status_401": 51}, map[string]int64{"count": 2, "status_204": 1, "status_503": 1})
+		if last := string(out.buf[strings.LastIndex(strings.TrimSuffix(string(out.buf), "\n"), "\n")+1:]); !strings.Contains(last, "ERROR") {
+			t.Errorf("%s: a count of a 5xx line is not at ERROR: %s", format, last)
+		}
+
+		l.now = func() time.Time { return s.Add(5 * time.Second) }
+		allowed := 0
+		for range logBudgetPerSecond + 2 {
+			if l.allow("tls_handshake", slog.LevelInfo) {
+				allowed++
+			}
+		}
+		l.write(s.Add(5*time.Second), line(404, true))
+		l.write(s.Add(5*time.Second), line(200, false))
+		l.endSecond(s.Add(6*time.Second), false)
+		if allowed != logBudgetPerSecond {
+			t.Errorf("%s: allow let %d through, want %d", format, allowed, logBudgetPerSecond)
+		}
+		want("after allow", map[string]int64{"count": 151, "status_404": 75, "status_429": 76},
+			map[string]int64{"count": 51, "status_401": 51}, map[string]int64{"count": 2, "status_204": 1, "status_503": 1},
+			map[string]int64{"count": 3, "status_404": 1, "tls_handshake": 2})
+		if lines(200) != 151 {
+			t.Errorf("%s: %d lines of the valid key, want 151", format, lines(200))
 		}
 		for i, ln := range strings.Split(strings.TrimSuffix(string(out.buf), "\n"), "\n") {
 			if format == "json" && !json.Valid([]byte(ln)) {
@@ -394,12 +428,49 @@ func TestRefusedRequestsSampled(t *testing.T) {
 	}
 }
 
+// logCounts returns the attributes of each count line in log ("requests
+// not logged"): count, and the counts by status or kind.
+func logCounts(t *testing.T, format, log string) (counts []map[string]int64) {
+	t.Helper()
+	for ln := range strings.Lines(log) {
+		if !strings.Contains(ln, "requests not logged") {
+			continue
+		}
+		m := map[string]int64{}
+		if format == "json" {
+			var v map[string]any
+			if err := json.Unmarshal([]byte(ln), &v); err != nil {
+				t.Fatalf("count line %q: %v", ln, err)
+			}
+			for name, x := range v {
+				if f, ok := x.(float64); ok {
+					m[name] = int64(f)
+				}
+			}
+		} else {
+			_, attrs, _ := strings.Cut(ln, `msg="requests not logged" `)
+			for _, f := range strings.Fields(attrs) {
+				name, v, _ := strings.Cut(f, "=")
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					t.Fatalf("count line %q: %s", ln, f)
+				}
+				m[name] = n
+			}
+		}
+		counts = append(counts, m)
+	}
+	return counts
+}
+
 // TestFloodLogIsSampled floods a free key through the server: every 429 it
-// answered is either in the log or in a count of those left out, and no
-// second logs more than refusedLinesPerSecond of them.
+// answered is either in the log or counted under status_429, and no second
+// logs more than logBudgetPerSecond lines that spend the budget.
 func TestFloodLogIsSampled(t *testing.T) {
-	ts := startServer(t, "--ban-threshold", "1000000000") // no ban: plain refusals, as fast as they come
-	free := createKey(t, ts.db, "--plan", "free", "--name", "flood")
+	db := testDB(t)
+	key := createKey(t, db, "--plan", "business", "--name", "test")
+	free := createKey(t, db, "--plan", "free", "--name", "flood")    // known from the start: no 401s
+	ts := startServerOn(t, db, key, "--ban-threshold", "1000000000") // no ban: plain refusals, as fast as they come
 	var mu sync.Mutex
 	refused := 0
 	var wg sync.WaitGroup
@@ -419,22 +490,20 @@ func TestFloodLogIsSampled(t *testing.T) {
 	ts.stop()
 	log := ts.stderr.String()
 	perSecond := map[string]int{}
-	logged, left := 0, 0
+	logged, left := 0, int64(0)
 	for ln := range strings.Lines(log) {
 		if strings.Contains(ln, " status=429 ") {
 			logged++
+		}
+		if strings.Contains(ln, " msg=request ") && !strings.Contains(ln, " status=200 ") {
 			perSecond[ln[:len("time=2006-01-02T15:04:05")]]++
 		}
-		if _, n, ok := strings.Cut(strings.TrimSpace(ln), `msg="refused requests not logged" count=`); ok {
-			v, err := strconv.Atoi(n)
-			if err != nil {
-				t.Fatalf("count line %q", ln)
-			}
-			left += v
-		}
 	}
-	if refused < 500 || logged+left != refused {
-		t.Errorf("%d refused; %d logged + %d counted = %d", refused, logged, left, logged+left)
+	for _, c := range logCounts(t, "text", log) {
+		left += c["status_429"]
+	}
+	if refused < 500 || int64(logged)+left != int64(refused) {
+		t.Errorf("%d refused; %d logged + %d counted = %d", refused, logged, left, int64(logged)+left)
 	}
 	// 540 refusals in at most a few seconds: some second had more than
 	// its 100, unless the flood took longer than 5 s.
@@ -442,8 +511,178 @@ func TestFloodLogIsSampled(t *testing.T) {
 		t.Errorf("%d refusals in %d seconds, none left out of the log", refused, len(perSecond))
 	}
 	for sec, n := range perSecond {
-		if n > refusedLinesPerSecond {
-			t.Errorf("%s logged %d refusals", sec, n)
+		if n > logBudgetPerSecond {
+			t.Errorf("%s logged %d lines that spend the budget", sec, n)
 		}
+	}
+}
+
+// TestLogFloodIsBounded floods the server, without a valid key, with
+// requests whose method, path, user agent and request id are kilobytes
+// long (405 on /healthz, 404, preflights, 401s and the 429s they turn
+// into, /healthz itself), in three seconds of an injected clock, while a
+// valid key sends its own requests. Measured in the log: no second holds
+// more than logBudgetPerSecond of the flood's lines and one count line; no
+// line is longer than 2 KiB, so the log is at most seconds x budget x
+// 2 KiB; the counts add up, status by status, to the answers not logged;
+// and every line of the valid key's answers is there.
+func TestLogFloodIsBounded(t *testing.T) {
+	const origin = "https://app.example"
+	clock := &setClock{}
+	start := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	clock.set(start)
+	db := testDB(t)
+	key := createKey(t, db, "--plan", "business", "--name", "flood")
+	ts := startServerIn(t, clock.context(), db, key, "--cors-origins", origin)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	t.Cleanup(client.CloseIdleConnections)
+
+	huge := strings.Repeat("A", 8000)
+	hugePath := "/nothere/" + strings.Repeat("x%0a%00", 1000)
+	flood := []func() (*http.Request, error){
+		func() (*http.Request, error) { return http.NewRequest(huge, ts.base+"/healthz", nil) }, // 405
+		func() (*http.Request, error) { return http.NewRequest("GET", ts.base+hugePath, nil) },  // 404
+		func() (*http.Request, error) { // preflight, 204
+			r, err := http.NewRequest("OPTIONS", ts.base+"/v1/categories?"+huge, nil)
+			if err == nil {
+				r.Header.Set("Origin", origin)
+				r.Header.Set("Access-Control-Request-Method", "POST")
+			}
+			return r, err
+		},
+		func() (*http.Request, error) { return http.NewRequest("GET", ts.base+"/v1/categories?q="+huge, nil) }, // 401, then 429
+		func() (*http.Request, error) { return http.NewRequest("GET", ts.base+"/readyz", nil) },                // 200
+	}
+	const windows, perWindow, workers = 3, 800, 4
+	sent := map[int]int{} // the flood's answers, by status
+	validSent := map[int]int{}
+	var mu sync.Mutex
+	for w := range windows {
+		clock.set(start.Add(time.Duration(w) * time.Second))
+		var wg sync.WaitGroup
+		for g := range workers {
+			wg.Go(func() {
+				for i := range perWindow / workers {
+					req, err := flood[(g+i)%len(flood)]()
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					req.Header.Set("User-Agent", huge)
+					req.Header.Set("X-Request-Id", huge)
+					resp, err := client.Do(req)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					mu.Lock()
+					sent[resp.StatusCode]++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Go(func() { // the valid key, meanwhile: its 200s and a handler's 400s
+			for i := range 20 {
+				path := "/v1/categories"
+				if i%4 == 0 {
+					path += "?limit=x"
+				}
+				r, err := ts.send("GET", path, key, "")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				validSent[r.status]++
+				mu.Unlock()
+			}
+		})
+		wg.Wait()
+	}
+	clock.set(start.Add(windows * time.Second)) // the last second's count comes in the next
+	ts.stop()
+	log := ts.stderr.String()
+
+	logged := map[int]int{}       // the flood's lines, by status
+	left := map[int]int{}         // counted in a count line, by status
+	perSecond := map[string]int{} // the flood's lines and count lines, by second
+	validLogged := map[int]int{}
+	total, countLines, long := 0, 0, 0
+	for ln := range strings.Lines(log) {
+		if len(ln) > 2048 {
+			if long++; long == 1 {
+				t.Errorf("a line of %d bytes: %.300s...", len(ln), ln)
+			}
+		}
+		if !strings.Contains(ln, " msg=request ") && !strings.Contains(ln, "requests not logged") {
+			continue
+		}
+		sec := ln[:len("time=2006-01-02T15:04:05")]
+		var status int
+		if _, s, ok := strings.Cut(ln, " status="); ok {
+			status, _ = strconv.Atoi(s[:3])
+		}
+		switch {
+		case strings.Contains(ln, ` msg="requests not logged" `):
+			countLines++
+			perSecond[sec]++
+			total += len(ln)
+			var sum, count int
+			for _, f := range strings.Fields(ln) {
+				name, v, _ := strings.Cut(f, "=")
+				n, err := strconv.Atoi(v)
+				switch {
+				case name == "count" && err == nil:
+					count = n
+				case strings.HasPrefix(name, "status_") && err == nil:
+					st, _ := strconv.Atoi(strings.TrimPrefix(name, "status_"))
+					left[st] += n
+					sum += n
+				}
+			}
+			if count == 0 || count != sum {
+				t.Errorf("count line: count=%d, its statuses add up to %d: %s", count, sum, ln)
+			}
+		case strings.Contains(ln, `route="GET /healthz"`):
+			// startServerIn's probe, first in its second: always written
+			perSecond[sec]++
+		case strings.Contains(ln, " key=0 "):
+			logged[status]++
+			perSecond[sec]++
+			total += len(ln)
+		default:
+			validLogged[status]++
+		}
+	}
+	if long > 0 {
+		t.Errorf("%d lines longer than 2 KiB", long)
+	}
+	for sec, n := range perSecond {
+		if n > logBudgetPerSecond+1 {
+			t.Errorf("%s: %d lines of the flood and its counts, want at most %d", sec, n, logBudgetPerSecond+1)
+		}
+	}
+	for status, n := range sent {
+		if logged[status]+left[status] != n {
+			t.Errorf("status %d: %d answered, %d logged + %d counted", status, n, logged[status], left[status])
+		}
+	}
+	for status, n := range left {
+		if sent[status] == 0 {
+			t.Errorf("status %d: %d counted, none answered", status, n)
+		}
+	}
+	if countLines == 0 {
+		t.Errorf("%v answered in %d seconds, and no count line", sent, windows)
+	}
+	if !reflect.DeepEqual(validLogged, validSent) || validSent[200] == 0 || validSent[400] == 0 {
+		t.Errorf("the valid key's lines by status: %v, its answers %v", validLogged, validSent)
+	}
+	// The count of the last second comes with the final flush: windows + 1
+	// stamps at most.
+	if limit := (windows + 1) * (logBudgetPerSecond + 1) * 2048; total > limit {
+		t.Errorf("the flood wrote %d bytes of log, more than %d", total, limit)
 	}
 }

@@ -131,7 +131,8 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	defer ln.Close()
 	idem := newIdempotency(store, cfg.idempotencyTTL, cfg.busyTimeout, clockOf(ctx))
 	reqLog := newRequestLog(cfg.logFormat, cfg.logLevel, logs)
-	logs.beforeFlush = reqLog.endSecond
+	reqLog.now = clockOf(ctx)
+	logs.beforeFlush = func(final bool) { reqLog.endSecond(reqLog.now(), final) }
 	servers := []*http.Server{newHTTPServer(newServer(logger, reqLog, store, idem, keys, limits, metrics, cfg), cfg, logger)}
 	listeners := []net.Listener{ln}
 	if cfg.adminAddr != "" {

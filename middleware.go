@@ -52,17 +52,17 @@ func newRouter(routes []route) *router {
 		if probe.status == http.StatusMethodNotAllowed {
 			allow := probe.header.Get("Allow")
 			w.Header().Set("Allow", allow)
-			writeError(w, r, errorf("method_not_allowed", "method %s is not allowed here; allowed: %s", r.Method, allow))
+			writeError(w, r, errorf("method_not_allowed", "method %s is not allowed here; allowed: %s", clipField(r.Method), allow))
 			return
 		}
-		writeError(w, r, errorf("not_found", "no such path: %s", r.URL.Path))
+		writeError(w, r, errorf("not_found", "no such path: %s", clipField(r.URL.Path)))
 	})
 	return rt
 }
 
 func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !isCanonicalPath(r.URL.Path) {
-		writeError(w, r, errorf("not_found", "no such path: %s (paths must not contain . or .. segments or empty segments)", r.URL.Path))
+		writeError(w, r, errorf("not_found", "no such path: %s (paths must not contain . or .. segments or empty segments)", clipField(r.URL.Path)))
 		return
 	}
 	rt.mux.ServeHTTP(w, r)
@@ -180,7 +180,9 @@ func saneRequestID(id string) bool {
 // logRequests logs one line per request and counts it in the metrics. It
 // gives the request its state, and reads the route, the key and the cause
 // of an error from there. It never logs a header or the query, so never a
-// key.
+// key; what it logs of the request is clipped (clipField). The lines of
+// answers that requireKey did not let through to an operation spend the
+// log's budget (logBudgetPerSecond).
 func logRequests(log *requestLog, m *serverMetrics) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -192,16 +194,17 @@ func logRequests(log *requestLog, m *serverMetrics) func(http.Handler) http.Hand
 				if st.key != nil {
 					keyID = st.key.ID
 				}
-				log.write(end, &requestLine{
-					method:    r.Method,
+				log.write(log.now(), &requestLine{
+					method:    clipField(r.Method),
 					route:     st.pattern,
 					status:    st.rec.status,
 					duration:  end.Sub(start),
 					bytes:     st.rec.bytes,
 					key:       keyID,
-					requestID: w.Header().Get("X-Request-Id"),
+					requestID: clipField(w.Header().Get("X-Request-Id")),
 					remote:    r.RemoteAddr,
 					err:       st.err,
+					budgeted:  !st.served,
 				})
 				m.observe(st.pattern, st.rec.status, end.Sub(start), st.err)
 			}()

@@ -15,7 +15,7 @@ import (
 func parseQuery(r *http.Request) (url.Values, error) {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		return nil, errorf("validation_failed", "the query string is malformed: %v", err)
+		return nil, errorf("validation_failed", "the query string is malformed: %s", clipField(err.Error()))
 	}
 	return q, nil
 }
@@ -35,7 +35,7 @@ func onceEach(q url.Values, names ...string) error {
 func positiveID(name, s string) (int64, *apiError) {
 	id, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || id < 1 || s[0] < '0' || s[0] > '9' {
-		return 0, errorf("validation_failed", "%s must be a positive integer, got %q", name, s)
+		return 0, errorf("validation_failed", "%s must be a positive integer, got \"%s\"", name, clipField(s))
 	}
 	return id, nil
 }

@@ -19,6 +19,7 @@ type reqState struct {
 	rec     recorder // the response, as logRequests watches it
 	key     *apiKey  // nil: no usable key
 	expired bool     // the key sent was one that has expired
+	served  bool     // requireKey let it through to an operation: its log line is never held back
 	pattern string
 	err     error
 }

@@ -1,11 +1,12 @@
 // requestlog.go writes the one log line of each request, by hand, byte for
-// byte as the slog handler of logs.go would, into the log's buffer.
+// byte as the slog handler of logs.go would, into the log's buffer; and
+// keeps the budget of lines that anyone can make it write without a key.
 
 package main
 
 import (
 	"log/slog"
-	"net/http"
+	"slices"
 	"strconv"
 	"time"
 	"unicode"
@@ -21,25 +22,33 @@ type requestLog struct {
 	json  bool
 	level slog.Level // the least level written
 	out   *logWriter
+	now   func() time.Time // the time of a line, and of the budget's seconds
 
 	// Under out.mu: the time of the last line, formatted to the second
 	// and its zone, as formatting a time is a microsecond a line.
 	stamp stampCache
-	// Under out.mu: the refused requests (429) of second refSec, logged
-	// and left out (refusedLinesPerSecond).
-	refSec              int64
-	refLogged, refShort int64
+	// Under out.mu: the budget of second sec (logBudgetPerSecond): lines
+	// written, and lines left out, by what they were ("status_404").
+	sec       int64
+	logged    int
+	left      map[string]int64
+	leftN     int64
+	leftLevel slog.Level // the highest level of a line left out
 }
 
-// refusedLinesPerSecond is how many refused requests (429) a second are
-// logged in full. The rest are counted, and one line says how many were
-// left out, after the second ends: a key flooding tens of thousands of
-// requests a second would otherwise write gigabytes of the same line an
-// hour. The metrics count every refusal, by reason.
-const refusedLinesPerSecond = 100
+// logBudgetPerSecond is how many lines a second are written of what
+// anyone can send without a valid key: every answer not given by an
+// operation's handler to a valid key (401, 404, 405, 429, preflights,
+// /v1/openapi.json, /healthz, /readyz, /docs), and whatever else calls
+// allow. The seconds are the clock's (fixed windows: no burst carries
+// over). The rest are counted, and one line says how many, by status,
+// after the second ends: a flood would otherwise write gigabytes an hour.
+// A valid key's lines of its operations' answers are never held back,
+// and never spend the budget. The metrics count every request.
+const logBudgetPerSecond = 100
 
 func newRequestLog(format string, level slog.Level, out *logWriter) *requestLog {
-	return &requestLog{json: format == "json", level: level, out: out}
+	return &requestLog{json: format == "json", level: level, out: out, now: time.Now}
 }
 
 // requestLine is what the log says of one request. It never holds a
@@ -53,6 +62,7 @@ type requestLine struct {
 	remote        string
 	err           error
 	errText       string // err.Error(), taken by write
+	budgeted      bool   // not an operation's answer to a valid key: logBudgetPerSecond
 }
 
 // write logs e at t: at level ERROR for a 5xx, else INFO.
@@ -70,21 +80,11 @@ func (l *requestLog) write(t time.Time, e *requestLine) {
 		e.errText = e.err.Error()
 	}
 	l.out.mu.Lock()
-	// A line's time may come a little before the last one's: it was taken
-	// before the lock. Such a line counts in the newer second.
-	if sec := t.Unix(); e.status == http.StatusTooManyRequests || l.refShort > 0 && sec > l.refSec {
-		if sec > l.refSec {
-			l.closeSecond(t)
-			l.refSec = sec
-		}
-		if e.status == http.StatusTooManyRequests {
-			if l.refLogged >= refusedLinesPerSecond {
-				l.refShort++
-				l.out.mu.Unlock()
-				return
-			}
-			l.refLogged++
-		}
+	l.turn(t)
+	if e.budgeted && !l.spend() {
+		l.leave("status_"+strconv.Itoa(e.status), level)
+		l.out.mu.Unlock()
+		return
 	}
 	if l.json {
 		l.out.buf = e.appendJSON(l.out.buf, &l.stamp, t, level)
@@ -98,34 +98,106 @@ func (l *requestLog) write(t time.Time, e *requestLine) {
 	}
 }
 
-// closeSecond writes, at t, how many refused requests of second refSec
-// were left out of the log, if any, and starts counting anew. l.out.mu
-// must be held.
-func (l *requestLog) closeSecond(t time.Time) {
-	if l.refShort > 0 {
-		b := appendHead(l.out.buf, l.json, &l.stamp, t, slog.LevelInfo, "refused requests not logged")
-		if l.json {
-			b = append(strconv.AppendInt(append(b, `,"count":`...), l.refShort, 10), "}\n"...)
-		} else {
-			b = append(strconv.AppendInt(append(b, " count="...), l.refShort, 10), '\n')
-		}
-		l.out.buf = b
+// allow reports whether a line about what (an attribute name of the count
+// line, such as "status_400" or "tls_handshake") at level may be written
+// now, under the budget of logBudgetPerSecond, and counts it as left out
+// when not. It is for lines that write does not write: those of another
+// listener, or of a connection that never became a request.
+func (l *requestLog) allow(what string, level slog.Level) bool {
+	if level < l.level {
+		return false
 	}
-	l.refLogged, l.refShort = 0, 0
+	t := l.now()
+	l.out.mu.Lock()
+	defer l.out.mu.Unlock()
+	l.turn(t)
+	if l.spend() {
+		return true
+	}
+	l.leave(what, level)
+	return false
 }
 
-// endSecond writes the count of refused requests left out of the log
-// once their second is over (or at once, when final): the flusher asks, so
-// that the count comes within 100 ms of the second's end even when no
-// request follows.
+// turn starts the budget of t's second when it is a later one than the
+// budget's, first writing at t how many lines the last one left out. A
+// line's time may come a little before the last one's (it was taken
+// before the lock): such a line counts in the newer second. l.out.mu must
+// be held.
+func (l *requestLog) turn(t time.Time) {
+	if sec := t.Unix(); sec > l.sec {
+		l.closeSecond(t)
+		l.sec = sec
+	}
+}
+
+// spend reports whether the second has a line of its budget left, and
+// takes it. l.out.mu must be held.
+func (l *requestLog) spend() bool {
+	if l.logged >= logBudgetPerSecond {
+		return false
+	}
+	l.logged++
+	return true
+}
+
+// leave counts a line about what at level as left out. l.out.mu must be
+// held.
+func (l *requestLog) leave(what string, level slog.Level) {
+	if l.left == nil {
+		l.left = map[string]int64{}
+	}
+	if l.leftN == 0 || level > l.leftLevel {
+		l.leftLevel = level
+	}
+	l.left[what]++
+	l.leftN++
+}
+
+// closeSecond writes, at t, how many lines of second sec were left out of
+// the log, if any, in all and by what they were, and starts counting anew.
+// The count line is at the highest level of the lines it counts, so that
+// --log-level hides it only with them. l.out.mu must be held.
+func (l *requestLog) closeSecond(t time.Time) {
+	if l.leftN > 0 {
+		names := make([]string, 0, len(l.left))
+		for name := range l.left {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		b := appendHead(l.out.buf, l.json, &l.stamp, t, l.leftLevel, "requests not logged")
+		if l.json {
+			b = strconv.AppendInt(append(b, `,"count":`...), l.leftN, 10)
+			for _, name := range names {
+				b = append(appendJSONString(append(b, ','), name), ':')
+				b = strconv.AppendInt(b, l.left[name], 10)
+			}
+			b = append(b, "}\n"...)
+		} else {
+			b = strconv.AppendInt(append(b, " count="...), l.leftN, 10)
+			for _, name := range names {
+				b = append(appendTextString(append(b, ' '), name), '=')
+				b = strconv.AppendInt(b, l.left[name], 10)
+			}
+			b = append(b, '\n')
+		}
+		l.out.buf = b
+		clear(l.left)
+	}
+	l.logged, l.leftN = 0, 0
+}
+
+// endSecond writes the count of lines left out of the log once their
+// second is over (or at once, when final): the flusher asks, so that the
+// count comes within 100 ms of the second's end even when no request
+// follows.
 func (l *requestLog) endSecond(now time.Time, final bool) {
 	l.out.mu.Lock()
 	defer l.out.mu.Unlock()
-	if l.refShort > 0 && (final || now.Unix() > l.refSec) {
+	if l.leftN > 0 && (final || now.Unix() > l.sec) {
 		l.closeSecond(now)
 		// A line of the closed second that comes late counts in this one,
-		// as in write: no second logs more than refusedLinesPerSecond.
-		l.refSec = max(l.refSec, now.Unix())
+		// as in write: no second logs more than logBudgetPerSecond.
+		l.sec = max(l.sec, now.Unix())
 	}
 }
 

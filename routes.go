@@ -42,7 +42,7 @@ func newServer(logger *slog.Logger, reqLog *requestLog, store Store, idem *idemp
 	rt := newRouter(routes)
 	return chain(rt,
 		withRequestID,                      // runs first: every answer has an id, and nosniff
-		logRequests(reqLog, m),             // one log line (429s sampled) and the metrics of each request
+		logRequests(reqLog, m),             // one log line (unkeyed answers on a budget) and the metrics of each request
 		recoverPanics(logger),              // a panic is a 500, or a cut connection
 		withCORS(cfg.cors),                 // answers preflights: before the key and the limiter
 		areaHeaders(cfg.petsDeprecation()), // before the limiter: a 429 carries them too
