@@ -183,7 +183,8 @@ func orList(names []string) string {
 // SQLite file as it is written: an empty one; a URL of another scheme; for
 // SQLite, one with '?' or '#', which SQLite's driver reads as the start of
 // a query, or one starting with file:, which SQLite reads as a URI and
-// opens another file than the one checked and created (0600). A URL is
+// opens another file than the one checked and created (0600), or SQLite's
+// :memory:, which no file (nor lock file) stands for. A URL is
 // shown with its password masked.
 func checkDBPath(db string) error {
 	if db == "" {
@@ -202,6 +203,9 @@ func checkDBPath(db string) error {
 	}
 	if strings.ContainsAny(db, "?#") {
 		return usagef("database path %q: '?' and '#' are not allowed in the path", db)
+	}
+	if db == ":memory:" {
+		return usagef("--db :memory:: petstore keeps its data in a file (SQLite's in-memory database would vanish with the process); write ./:memory: for a file of that name")
 	}
 	if strings.HasPrefix(db, "file:") {
 		return usagef("database path %q: SQLite reads a path starting with file: as a URI; write ./%s", db, db)

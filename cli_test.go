@@ -141,6 +141,7 @@ func TestUsageErrors(t *testing.T) {
 		{"db path with a query", []string{"keys", "list", "--db", "x.db?mode=ro"}, nil, "'?'"},
 		{"serve on a db path with a query", []string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "off", "--db", "x.db?mode=ro"}, nil, "'?'"},
 		{"serve on an empty db path", []string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "off", "--db", ""}, nil, "--db"},
+		{"serve on SQLite's in-memory database", []string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "off", "--db", ":memory:"}, nil, "./:memory:"},
 		{"backup of a db path read as a URI", []string{"backup", "--db", "file:" + db, db + ".copy"}, nil, "URI"},
 		{"keys create on a db path with a fragment", []string{"keys", "create", "--db", db + "#x", "--plan", "free"}, nil, "'#'"},
 		{"keys revoke on an empty db path", []string{"keys", "revoke", "1", "--db", ""}, nil, "--db"},

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"os"
 	"strings"
 	"time"
 
@@ -108,11 +109,29 @@ func runCopy(ctx context.Context, args []string, getenv func(string) string, std
 	if *from == *to {
 		return usagef("copy: --from and --to name the same database")
 	}
+	if a, err := os.Stat(*from); err == nil {
+		if b, err := os.Stat(*to); err == nil && os.SameFile(a, b) {
+			return usagef("copy: --from and --to name the same database")
+		}
+	}
+	// Nothing serves the source meanwhile (a write after it was read would
+	// be lost), nor the target before it is full: each SQLite file's serve
+	// lock is held until the copy ends.
+	releaseFrom, err := holdDatabase(ctx, *from, false, 0)
+	if err != nil {
+		return fmt.Errorf("copy --from: %w", err)
+	}
+	defer releaseFrom()
 	src, err := openStore(ctx, *from, storeOptions{now: time.Now, busy: defaultBusyTimeout, maxConns: 2})
 	if err != nil {
 		return err
 	}
 	defer src.Close()
+	releaseTo, err := holdDatabase(ctx, *to, true, 0)
+	if err != nil {
+		return fmt.Errorf("copy --to: %w", err)
+	}
+	defer releaseTo()
 	dst, err := openStore(ctx, *to, storeOptions{migrate: true, now: time.Now, busy: defaultBusyTimeout, maxConns: 2})
 	if err != nil {
 		return err

@@ -69,6 +69,13 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	logs := newLogWriter(stderr)
 	defer logs.Flush() // registered first: runs after every other deferred log line
 	logger := newLogger(cfg.logFormat, cfg.logLevel, logs)
+	// One serve per SQLite file, before migrating or listening: a second
+	// one would keep caches and minute buckets of its own.
+	release, err := holdDatabase(ctx, cfg.db, true, 0)
+	if err != nil {
+		return err
+	}
+	defer release() // registered before the store's close: runs after it
 	store, err := openStore(ctx, cfg.db, storeOptions{migrate: true, now: time.Now, busy: cfg.busyTimeout, maxConns: cfg.dbMaxConns})
 	if err != nil {
 		return err

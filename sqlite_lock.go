@@ -1,0 +1,135 @@
+// sqlite_lock.go owns the serve lock: one process serves a SQLite file at a
+// time, by an exclusive flock on <db>.lock beside the database that it holds
+// for its life. (Migrations take another lock, sqlite_migrate.go's.)
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// lockRetry is how often lockServing tries again while it waits.
+const lockRetry = 50 * time.Millisecond
+
+// heldError is the error of a database whose serve lock another process
+// (or another open of it in this one) holds.
+type heldError struct {
+	db, lock string
+	pid      int // 0 when the holder had not written its pid yet
+}
+
+func (e *heldError) Error() string {
+	holder := "another process"
+	if e.pid > 0 {
+		holder = "pid " + strconv.Itoa(e.pid)
+	}
+	return fmt.Sprintf("database %s is in use by %s, which holds %s: one process at a time serves a SQLite file (or copies from or to it)", e.db, holder, e.lock)
+}
+
+// holdDatabase takes the serve lock of a SQLite database (lockServing) after
+// checking its file (checkDatabaseFile, which creates a missing one when
+// create is set), so that a path that cannot be a database is refused as
+// before, with no lock file made beside it. A PostgreSQL database has no
+// lock file: several instances serve one.
+func holdDatabase(ctx context.Context, db string, create bool, wait time.Duration) (release func(), err error) {
+	if isPostgresURL(db) {
+		return func() {}, nil
+	}
+	if err := checkDatabaseFile(db, create); err != nil {
+		return nil, err
+	}
+	return lockServing(ctx, db, wait)
+}
+
+// lockFile returns the path of db's lock file: beside the file that SQLite
+// opens, so that a symbolic link and its target share one lock.
+func lockFile(db string) string {
+	if real, err := filepath.EvalSymlinks(db); err == nil {
+		db = real
+	}
+	return db + ".lock"
+}
+
+// lockServing takes the serve lock of the SQLite database at db and writes
+// this process's pid into the lock file. While another holds it, it tries
+// again until wait has passed (0: not at all) or ctx ends, then returns a
+// *heldError naming the holder's pid. release lets it go; so does the
+// kernel when the process ends, however it ends, so a lock file left behind
+// by a dead process stops nothing. The lock is an flock, which belongs to
+// the open file description: two opens in one process exclude each other,
+// as two processes do. The file is never removed: a process that opened it
+// before the removal would lock a file that the next one no longer sees.
+func lockServing(ctx context.Context, db string, wait time.Duration) (release func(), err error) {
+	path := lockFile(db)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		err = unwrapPathError(err)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("cannot create lock file %s: directory %s does not exist", path, filepath.Dir(path))
+		}
+		return nil, fmt.Errorf("cannot create lock file %s beside the database (serve keeps it there; the directory must be writable): %w", path, err)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		if err != unix.EWOULDBLOCK {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			defer f.Close()
+			return nil, &heldError{db: db, lock: path, pid: holderPid(f)}
+		}
+		select {
+		case <-ctx.Done():
+			defer f.Close()
+			return nil, &heldError{db: db, lock: path, pid: holderPid(f)}
+		case <-time.After(min(left, lockRetry)):
+		}
+	}
+	pid := []byte(strconv.Itoa(os.Getpid()) + "\n")
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write lock file %s: %w", path, unwrapPathError(err))
+	}
+	if _, err := f.WriteAt(pid, 0); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write lock file %s: %w", path, unwrapPathError(err))
+	}
+	return func() { f.Close() }, nil // closing it releases the lock
+}
+
+// holderPid reads the pid that the lock's holder wrote into f, or 0. The
+// holder writes it just after it takes the lock: an empty file is read
+// again for a moment.
+func holderPid(f *os.File) int {
+	for range 10 {
+		b, err := io.ReadAll(io.NewSectionReader(f, 0, 32))
+		if err != nil {
+			return 0
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+			return pid
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return 0
+}
