@@ -262,7 +262,7 @@ func TestIdempotencyAnswersExpire(t *testing.T) {
 	store := openTestStore(t, db)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		a, err := store.BeginIdempotent(context.Background(), idemRequest{KeyID: 1, Key: "k", Owner: 1, Now: clock.now(), Since: time.Unix(0, 0), Until: clock.now()})
+		a, err := store.IdempotentAnswer(context.Background(), idemRequest{KeyID: 1, Key: "k", Owner: 1, Now: clock.now(), Since: time.Unix(0, 0)})
 		if err != nil && !errors.Is(err, errInFlight) {
 			t.Fatal(err)
 		}
@@ -362,7 +362,7 @@ func TestIdempotencyStoreBackstop(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			now := time.Now()
-			w := &idemWrite[Pet]{idemRequest: idemRequest{KeyID: 1, Key: "same", Owner: int64(i), Now: now, Since: now.Add(-time.Hour), Until: now.Add(time.Minute)},
+			w := &idemWrite[Pet]{idemRequest: idemRequest{KeyID: 1, Key: "same", Owner: int64(i), Now: now, Since: now.Add(-time.Hour)},
 				answer: func(p Pet, err error) (int, []byte, bool) { return 201, []byte(fmt.Sprint(p.ID)), err == nil }}
 			<-start
 			_, errs[i] = store.CreatePet(ctx, Pet{Name: "Rex", CategoryID: cat.ID, Status: "available"}, w)

@@ -125,7 +125,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, unwrapOpError(err))
 	}
 	defer ln.Close()
-	idem := newIdempotency(store, cfg.idempotencyTTL, cfg.busyTimeout, clockOf(ctx))
+	idem := newIdempotency(store, cfg.idempotencyTTL, clockOf(ctx))
 	reqLog := newRequestLog(cfg.logFormat, cfg.logLevel, logs)
 	logs.beforeFlush = reqLog.endSecond
 	servers := []*http.Server{newHTTPServer(newServer(logger, reqLog, store, idem, keys, limits, metrics, cfg), cfg, logger)}
