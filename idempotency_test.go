@@ -558,41 +558,6 @@ func TestIdempotencyCrashRetries(t *testing.T) {
 		rounds, len(all), replayed, createdLate, inUse)
 }
 
-// TestIdempotencyInUseOnAnyInstance holds a key running, as another
-// instance would (its mark in idempotency_running): a request with the
-// key is 409 in use until the mark ends or lapses.
-func TestIdempotencyInUseOnAnyInstance(t *testing.T) {
-	base := needPostgres(t)
-	db := postgresSchema(t, base)
-	id, key := pmKey(t, db, "--plan", "business")
-	ts := startServerOn(t, db, key)
-	conn := pmConnect(t, db)
-	ctx := context.Background()
-	cat := decode[Category](t, ts.do(t, "POST", "/v1/categories", key, `{"name":"Dogs"}`))
-	body := fmt.Sprintf(`{"name":"Rex","categoryId":%d}`, cat.ID)
-	if _, err := conn.Exec(ctx, "INSERT INTO idempotency_running VALUES ($1, 'k', 42, $2)", id, time.Now().Add(time.Hour).UnixMicro()); err != nil {
-		t.Fatal(err)
-	}
-	r := idemPost(t, ts, "/v1/pets", key, "k", body)
-	wantError(t, r, 409, "idempotency_key_in_use")
-	if r.header.Get("Retry-After") != "1" {
-		t.Fatalf("Retry-After %q, want 1", r.header.Get("Retry-After"))
-	}
-	// The instance died: its mark lapses, and the key is free.
-	if _, err := conn.Exec(ctx, "UPDATE idempotency_running SET until_us = $1", time.Now().Add(-time.Second).UnixMicro()); err != nil {
-		t.Fatal(err)
-	}
-	first := idemPost(t, ts, "/v1/pets", key, "k", body)
-	if first.status != 201 {
-		t.Fatalf("after the mark lapsed: %d %s", first.status, first.body)
-	}
-	var marks int
-	if err := conn.QueryRow(ctx, "SELECT count(*) FROM idempotency_running").Scan(&marks); err != nil || marks != 0 {
-		t.Fatalf("%d marks left after the answer was stored (%v)", marks, err)
-	}
-	wantReplay(t, first, idemPost(t, ts, "/v1/pets", key, "k", body))
-}
-
 // TestIdempotencyConcurrentAcrossInstances sends one key from 50
 // goroutines spread over three instances on one PostgreSQL database.
 func TestIdempotencyConcurrentAcrossInstances(t *testing.T) {

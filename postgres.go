@@ -25,7 +25,8 @@ import (
 )
 
 // defaultMaxConns is the default of --db-max-conns: ten connections per
-// instance, so that nine instances stay within PostgreSQL's default
+// instance, so that six instances (with their four Idempotency-Key lock
+// connections each: pgIdemLockConns) stay within PostgreSQL's default
 // max_connections of 100 and leave room for an operator's psql.
 const defaultMaxConns = 10
 

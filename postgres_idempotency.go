@@ -212,6 +212,8 @@ func newPgIdemLocks(cfg *pgx.ConnConfig, schema string) *pgIdemLocks {
 			c.RuntimeParams[k] = strconv.Itoa(int(v.Seconds()))
 		}
 	}
+	// Named apart from the pool's in pg_stat_activity.
+	c.RuntimeParams["application_name"] += " idempotency locks"
 	if c.RuntimeParams["tcp_keepalives_count"] == "" {
 		c.RuntimeParams["tcp_keepalives_count"] = strconv.Itoa(pgLockKeepAlive.Count)
 	}
