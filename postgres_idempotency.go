@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // pgKeyedCreate makes a create's INSERT, whose n arguments are $1 to $n
@@ -305,8 +306,8 @@ func (l *pgIdemLocks) end(ctx context.Context, r idemRequest) error {
 
 // use runs fn on lock connection i, dialling it first if it has none, and
 // returns that connection's gen. A connection that fails is closed; when
-// it was an old one (it may have broken while idle), fn runs once more on
-// a new one.
+// it was an old one that broke (while idle, or its session was ended: a
+// FATAL error), fn runs once more on a new one.
 func (l *pgIdemLocks) use(ctx context.Context, i int, fn func(*pgx.Conn) error) (uint64, error) {
 	c := &l.conns[i]
 	select {
@@ -334,8 +335,9 @@ func (l *pgIdemLocks) use(ctx context.Context, i int, fn func(*pgx.Conn) error) 
 		}
 		// Whether the lock was taken is not known: the session goes.
 		c.close()
-		if fresh || isPostgresError(err) || ctx.Err() != nil {
-			return 0, err
+		var pe *pgconn.PgError
+		if fresh || ctx.Err() != nil || (errors.As(err, &pe) && pe.Severity != "FATAL") {
+			return 0, err // a statement's error would come again
 		}
 	}
 }
