@@ -20,6 +20,13 @@ func benchServer(b testing.TB) (http.Handler, string, *sqliteStore) {
 	b.Helper()
 	store := testStore(b, filepath.Join(b.TempDir(), "bench.db"), true)
 	b.Cleanup(func() { store.Close() })
+	h, secret := benchHandler(b, store)
+	return h, secret, store
+}
+
+// benchHandler is benchServer's handler on store, which it fills.
+func benchHandler(b testing.TB, store Store) (http.Handler, string) {
+	b.Helper()
 	secret := newKeySecret("production")
 	if _, err := store.CreateKey(context.Background(), keySpec{Hash: hashKey(secret), Name: "bench", Plan: "enterprise", RPM: 100_000_000, RPD: 100_000_000_000, Env: "production"}); err != nil {
 		b.Fatal(err)
@@ -38,8 +45,8 @@ func benchServer(b testing.TB) (http.Handler, string, *sqliteStore) {
 	}
 	cfg := serveConfig{env: "production", publicURL: "http://localhost:8080/v1", busyTimeout: defaultBusyTimeout,
 		petsDeprecatedAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), petsSunsetAt: time.Date(2027, 7, 1, 0, 0, 0, 0, time.UTC)}
-	h := newServer(newLogger("text", 0, io.Discard), newRequestLog("text", 0, &logWriter{w: io.Discard}), store, newIdempotency(store, defaultIdemTTL, defaultBusyTimeout, time.Now), keys, lim, newServerMetrics(lim, store), cfg)
-	return h, secret, store
+	h := newServer(newLogger("text", 0, io.Discard), newRequestLog("text", 0, &logWriter{w: io.Discard}), store, newIdempotency(store, defaultIdemTTL, time.Now), keys, lim, newServerMetrics(lim, store), cfg)
+	return h, secret
 }
 
 // BenchmarkHandlerListCategories is one authenticated, rate-limited,
@@ -85,8 +92,24 @@ func BenchmarkHandlerCreateCategory(b *testing.B) { benchCreate(b, false) }
 // of its own on each request: what storing the answers costs.
 func BenchmarkHandlerCreateCategoryKeyed(b *testing.B) { benchCreate(b, true) }
 
+// BenchmarkHandlerCreateCategoryPostgres and its keyed twin are the two
+// above on PostgreSQL (PETSTORE_TEST_POSTGRES), a schema of their own: what
+// the Idempotency-Key's lookup and lock cost there.
+func BenchmarkHandlerCreateCategoryPostgres(b *testing.B) { benchCreatePostgres(b, false) }
+
+func BenchmarkHandlerCreateCategoryKeyedPostgres(b *testing.B) { benchCreatePostgres(b, true) }
+
+func benchCreatePostgres(b *testing.B, keyed bool) {
+	h, key := benchHandler(b, openTestStore(b, postgresSchema(b, needPostgres(b))))
+	benchCreateOn(b, h, key, keyed)
+}
+
 func benchCreate(b *testing.B, keyed bool) {
 	h, key, _ := benchServer(b)
+	benchCreateOn(b, h, key, keyed)
+}
+
+func benchCreateOn(b *testing.B, h http.Handler, key string, keyed bool) {
 	var n atomic.Int64
 	b.ReportAllocs()
 	b.SetParallelism(16) // clients waiting at once, as on a server

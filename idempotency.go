@@ -107,18 +107,14 @@ type idemKey struct {
 type idempotency struct {
 	store Store
 	ttl   time.Duration // how long answers are kept
-	lease time.Duration // how long a running mark holds if its request never ends it
 	now   func() time.Time
 
 	mu      sync.Mutex
 	running map[idemKey]struct{}
 }
 
-func newIdempotency(store Store, ttl, busy time.Duration, now func() time.Time) *idempotency {
-	// A request holds its mark at most for a lookup, then a create that
-	// waits for the database at most the busy timeout: twice that, and
-	// some, is long enough, and short enough for a retry after a crash.
-	return &idempotency{store: store, ttl: ttl, lease: 2*busy + 5*time.Second, now: now, running: map[idemKey]struct{}{}}
+func newIdempotency(store Store, ttl time.Duration, now func() time.Time) *idempotency {
+	return &idempotency{store: store, ttl: ttl, now: now, running: map[idemKey]struct{}{}}
 }
 
 // enter marks k running in this process, or reports that it is already.
@@ -141,7 +137,7 @@ func (idem *idempotency) leave(k idemKey) {
 func (idem *idempotency) request(k idemKey) idemRequest {
 	now := idem.now()
 	return idemRequest{KeyID: k.keyID, Key: k.key, Owner: int64(rand.Uint64() >> 1),
-		Now: now, Since: now.Add(-idem.ttl), Until: now.Add(idem.lease)}
+		Now: now, Since: now.Add(-idem.ttl)}
 }
 
 // createKeyed answers a create sent with an Idempotency-Key: a stored
@@ -167,12 +163,7 @@ func createKeyed[In creatable[Row], Row any](w http.ResponseWriter, r *http.Requ
 	if answered := idem.begin(w, r, req, fp); answered {
 		return
 	}
-	settled := false
-	defer func() {
-		if !settled { // the mark goes with the answer's transaction, or here
-			idem.end(r, req)
-		}
-	}()
+	defer idem.end(r, req) // after the answer's transaction, whatever its outcome
 	var in In
 	if err := decodeBody(body, &in); err != nil {
 		if !idem.replay(w, r, req, fp) { // a key used before: 422 comes first
@@ -214,7 +205,6 @@ func createKeyed[In creatable[Row], Row any](w http.ResponseWriter, r *http.Requ
 	case err != nil && !isRefusal(err):
 		writeError(w, r, err) // 503: nothing was stored; a retry is safe
 	default:
-		settled = true
 		if iw.Status != 0 {
 			writeRaw(w, iw.Status, iw.Body)
 			return
@@ -243,8 +233,7 @@ func (idem *idempotency) begin(w http.ResponseWriter, r *http.Request, req idemR
 	case errors.Is(err, errInFlight):
 		writeInUse(w, r)
 	case err != nil:
-		idem.end(r, req) // the mark may have been made
-		writeError(w, r, err)
+		writeError(w, r, err) // no mark: the store made none, or dropped its connection
 	default:
 		return idem.answer(w, r, a, fp)
 	}
@@ -278,8 +267,9 @@ func (idem *idempotency) answer(w http.ResponseWriter, r *http.Request, a *idemA
 	return true
 }
 
-// end removes req's running mark, if it has one. It may fail as the
-// request did (the database is away): the mark then lapses at req.Until.
+// end ends req's in-flight mark, if it has one. It may fail as the
+// request did (the database is away): the mark then goes with its
+// connection to the database (see pgIdemLocks).
 func (idem *idempotency) end(r *http.Request, req idemRequest) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
 	defer cancel()

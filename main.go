@@ -136,7 +136,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, unwrapOpError(err))
 	}
 	defer ln.Close()
-	idem := newIdempotency(store, cfg.idempotencyTTL, cfg.busyTimeout, clockOf(ctx))
+	idem := newIdempotency(store, cfg.idempotencyTTL, clockOf(ctx))
 	reqLog := newRequestLog(cfg.logFormat, cfg.logLevel, logs)
 	reqLog.now = clockOf(ctx)
 	logs.beforeFlush = func(final bool) { reqLog.endSecond(reqLog.now(), final) }

@@ -25,7 +25,8 @@ import (
 )
 
 // defaultMaxConns is the default of --db-max-conns: ten connections per
-// instance, so that nine instances stay within PostgreSQL's default
+// instance, so that six instances (with their four Idempotency-Key lock
+// connections each: pgIdemLockConns) stay within PostgreSQL's default
 // max_connections of 100 and leave room for an operator's psql.
 const defaultMaxConns = 10
 
@@ -35,9 +36,10 @@ const defaultMaxConns = 10
 // query, and its batches let the group commit send a whole batch of creates
 // in one round trip. golang-migrate gets a database/sql handle of its own.
 type pgStore struct {
-	pool *pgxpool.Pool
-	now  func() time.Time
-	busy time.Duration
+	pool      *pgxpool.Pool
+	idemLocks *pgIdemLocks
+	now       func() time.Time
+	busy      time.Duration
 
 	group             *groupCommitter[*pgBatch]
 	categoriesGen     sharedRead
@@ -159,7 +161,16 @@ func openPostgres(ctx context.Context, db string, o storeOptions) (*pgStore, err
 			return nil, err
 		}
 	}
-	s := &pgStore{pool: pool, now: o.now, busy: o.busy}
+	// The schema scopes the Idempotency-Key locks: advisory locks are the
+	// whole database's, which other deployments may share.
+	var schema string
+	sctx, cancel := context.WithTimeout(ctx, o.busy)
+	defer cancel()
+	if err := pool.QueryRow(sctx, "SELECT coalesce(current_schema(), '')").Scan(&schema); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open database %s: %w", shown, describePostgres(err))
+	}
+	s := &pgStore{pool: pool, idemLocks: newPgIdemLocks(cfg.ConnConfig, schema), now: o.now, busy: o.busy}
 	s.group = newGroupCommitter(s.commitBatch)
 	if o.migrate {
 		if err := s.fillNameCmp(ctx); err != nil {
@@ -193,6 +204,7 @@ func (s *pgStore) op(ctx context.Context) (context.Context, context.CancelFunc) 
 
 func (s *pgStore) Close() error {
 	s.group.close()
+	s.idemLocks.closeAll()
 	s.pool.Close()
 	return nil
 }

@@ -1,6 +1,7 @@
 // postgres_idempotency.go owns PostgreSQL's Idempotency-Key records: the
-// running marks that every instance sees, a keyed create's claim, answer
-// and drop in the group commit's transaction, and the purge.
+// in-flight marks that every instance sees (advisory locks, on connections
+// of their own: pgIdemLocks), a keyed create's claim, answer and drop in
+// the group commit's transaction, and the purge.
 
 package main
 
@@ -8,10 +9,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"net"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // pgKeyedCreate makes a create's INSERT, whose n arguments are $1 to $n
@@ -35,12 +41,11 @@ func pgKeyedCreate(insert string, n int, holder string) string {
 }
 
 // The second round of a batch with keyed creates: each stores its answer,
-// or drops its claim, and ends its running mark.
+// or drops its claim. (Its in-flight lock goes after the commit:
+// EndIdempotent.)
 const (
-	pgSettleIdem = `WITH done AS (DELETE FROM idempotency_running WHERE key_id = $1 AND idem_key = $2 AND owner = $3)
-		UPDATE idempotency SET status = $4, body = $5 WHERE key_id = $1 AND idem_key = $2`
-	pgDropIdem = `WITH done AS (DELETE FROM idempotency_running WHERE key_id = $1 AND idem_key = $2 AND owner = $3)
-		DELETE FROM idempotency WHERE key_id = $1 AND idem_key = $2`
+	pgSettleIdem = `UPDATE idempotency SET status = $3, body = $4 WHERE key_id = $1 AND idem_key = $2`
+	pgDropIdem   = `DELETE FROM idempotency WHERE key_id = $1 AND idem_key = $2`
 )
 
 // pgCreate queues a create: insert with its args (unkeyed is the
@@ -74,46 +79,19 @@ func pgCreate[Row any](b *pgBatch, w *idemWrite[Row], noRow error, id *int64, ro
 		}
 		b.then = append(b.then, func(next *pgx.Batch) {
 			if _, body, keep := w.settle(row(), b.errs[i]); keep {
-				next.Queue(pgSettleIdem, w.KeyID, w.Key, w.Owner, w.Status, body)
+				next.Queue(pgSettleIdem, w.KeyID, w.Key, w.Status, body)
 			} else {
-				next.Queue(pgDropIdem, w.KeyID, w.Key, w.Owner)
+				next.Queue(pgDropIdem, w.KeyID, w.Key)
 			}
 		})
 		return nil
 	})
 }
 
-// pgBeginIdem reads a key's answer and, when there is none, marks it
-// running, unless another request's mark holds it: one statement, one
-// round trip. A mark whose until_us has passed is taken over.
-const pgBeginIdem = `WITH answer AS (
-		SELECT fingerprint, status, body FROM idempotency WHERE key_id = $1 AND idem_key = $2 AND created_us > $3
-	), mark AS (
-		INSERT INTO idempotency_running (key_id, idem_key, owner, until_us) SELECT $1, $2, $4, $5 WHERE NOT EXISTS (SELECT 1 FROM answer)
-		ON CONFLICT (key_id, idem_key) DO UPDATE SET owner = EXCLUDED.owner, until_us = EXCLUDED.until_us
-		WHERE idempotency_running.until_us <= $6 RETURNING 1
-	)
-	SELECT a.fingerprint, a.status, a.body, EXISTS (SELECT 1 FROM mark) FROM (SELECT) AS one LEFT JOIN answer a ON true`
-
 func (s *pgStore) BeginIdempotent(ctx context.Context, r idemRequest) (*idemAnswer, error) {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
-	var fp, body []byte
-	var status *int32
-	var marked bool
-	err := s.pool.QueryRow(ctx, pgBeginIdem, r.KeyID, r.Key, r.Since.UnixMicro(), r.Owner, r.Until.UnixMicro(), r.Now.UnixMicro()).
-		Scan(&fp, &status, &body, &marked)
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("read an idempotent answer: %w", describePostgres(err))
-	case status != nil:
-		a := &idemAnswer{Status: int(*status), Body: body}
-		copy(a.Fingerprint[:], fp)
-		return a, nil
-	case !marked:
-		return nil, errInFlight
-	}
-	return nil, nil
+	return s.idemLocks.begin(ctx, r)
 }
 
 func (s *pgStore) IdempotentAnswer(ctx context.Context, r idemRequest) (*idemAnswer, error) {
@@ -134,17 +112,13 @@ func (s *pgStore) IdempotentAnswer(ctx context.Context, r idemRequest) (*idemAns
 }
 
 func (s *pgStore) EndIdempotent(ctx context.Context, r idemRequest) error {
-	ctx, cancel := s.op(ctx)
-	defer cancel()
-	_, err := s.pool.Exec(ctx, "DELETE FROM idempotency_running WHERE key_id = $1 AND idem_key = $2 AND owner = $3", r.KeyID, r.Key, r.Owner)
-	if err != nil {
-		return fmt.Errorf("end an idempotency key's mark: %w", describePostgres(err))
-	}
-	return nil
+	return s.idemLocks.end(ctx, r)
 }
 
-// PurgeIdempotency skips rows that another instance's purge holds; the
-// lapsed running marks are those of requests whose instance died.
+// PurgeIdempotency skips rows that another instance's purge holds. It
+// also deletes the lapsed marks in idempotency_running, which binaries
+// before the advisory locks wrote (see pgIdemLocks): one that died during
+// a rolling upgrade leaves its marks behind.
 func (s *pgStore) PurgeIdempotency(ctx context.Context, before, now time.Time, limit int) (int, error) {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
@@ -169,4 +143,223 @@ func keyedForm(insert string, n int, holder string) (unkeyed, keyed string) {
 		holder = "NULL::text"
 	}
 	return `WITH made AS (` + fmt.Sprintf(insert, "") + `) SELECT (SELECT id FROM made), ` + holder, pgKeyedCreate(insert, n, holder)
+}
+
+// pgIdemLockConns is how many connections an instance keeps for its
+// Idempotency-Key locks; a key's hash picks one. One would be a queue that
+// every keyed request waits in twice (lock, unlock): see BENCHMARKS.md.
+const pgIdemLockConns = 4
+
+// pgLockKeepAlive is the keepalive of the lock connections, on both ends:
+// first probe after Idle, then every Interval, Count unanswered ones and
+// the connection is dead. So a vanished host's locks go within about 30 s,
+// and a vanished server is noticed as soon.
+var pgLockKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 10 * time.Second, Interval: 5 * time.Second, Count: 4}
+
+// pgIdemLocks holds the in-flight marks of keyed creates: a session-level
+// advisory lock (pg_try_advisory_lock) on a hash of the schema, the
+// lineage and the Idempotency-Key, taken on one of a few connections that
+// the instance keeps for them alone, outside the pool, and unlocked after
+// the create's transaction. A lock lives no longer than its session:
+// PostgreSQL drops it when the instance dies, is SIGKILLed or is cut off
+// (TCP keepalives: pgLockKeepAlive), so that idempotency_key_in_use is only
+// ever about a request that is alive. The unique (key_id, idem_key) stays
+// the backstop behind it: a create whose lock went with a broken
+// connection, or that runs beside an older binary (which marks keys in
+// idempotency_running, read by nobody now), still makes one row at most,
+// and the other request replays its answer.
+type pgIdemLocks struct {
+	cfg    *pgx.ConnConfig
+	schema string // the lock's scope: advisory locks are the database's
+	conns  [pgIdemLockConns]pgLockConn
+
+	mu   sync.Mutex
+	held map[int64]pgHeldLock // by idemRequest.Owner
+}
+
+// pgLockConn is one lock connection: nil until first used, and again
+// after it broke (the next use dials a new one). sem is its mutex, which a
+// waiter can give up on.
+type pgLockConn struct {
+	sem   chan struct{}
+	conn  *pgx.Conn
+	gen   uint64      // which connection this is, counting from 1
+	reset atomic.Bool // an unlock that could not run: close it before the next use
+}
+
+// pgHeldLock is a lock taken by a request that has not ended.
+type pgHeldLock struct {
+	key  int64
+	conn int
+	gen  uint64
+}
+
+func newPgIdemLocks(cfg *pgx.ConnConfig, schema string) *pgIdemLocks {
+	c := cfg.Copy()
+	d := &net.Dialer{KeepAliveConfig: pgLockKeepAlive}
+	c.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if c.ConnectTimeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, c.ConnectTimeout)
+			defer cancel()
+		}
+		return d.DialContext(ctx, network, addr)
+	}
+	// The server's side: a host that vanished without a word (no FIN) is
+	// noticed and its session, with its locks, ended. A URL that sets these
+	// wins.
+	for k, v := range map[string]time.Duration{"tcp_keepalives_idle": pgLockKeepAlive.Idle, "tcp_keepalives_interval": pgLockKeepAlive.Interval} {
+		if c.RuntimeParams[k] == "" {
+			c.RuntimeParams[k] = strconv.Itoa(int(v.Seconds()))
+		}
+	}
+	// Named apart from the pool's in pg_stat_activity.
+	c.RuntimeParams["application_name"] += " idempotency locks"
+	if c.RuntimeParams["tcp_keepalives_count"] == "" {
+		c.RuntimeParams["tcp_keepalives_count"] = strconv.Itoa(pgLockKeepAlive.Count)
+	}
+	l := &pgIdemLocks{cfg: c, schema: schema, held: map[int64]pgHeldLock{}}
+	for i := range l.conns {
+		l.conns[i].sem = make(chan struct{}, 1)
+	}
+	return l
+}
+
+// pgIdemLockKey is the advisory lock of an Idempotency-Key in a schema:
+// FNV-1a of the three, as an int64 (the same in every instance).
+func pgIdemLockKey(schema string, keyID int64, key string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(schema))
+	h.Write([]byte{0})
+	h.Write(strconv.AppendInt(nil, keyID, 10))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	return int64(h.Sum64())
+}
+
+// pgBeginIdem reads a key's answer and, when there is none, tries its
+// lock: one round trip. CASE runs the lock only when there is no answer.
+const pgBeginIdem = `SELECT a.fingerprint, a.status, a.body, CASE WHEN a.status IS NULL THEN pg_try_advisory_lock($4) ELSE false END
+	FROM (SELECT) AS one LEFT JOIN (
+		SELECT fingerprint, status, body FROM idempotency WHERE key_id = $1 AND idem_key = $2 AND created_us > $3
+	) AS a ON true`
+
+// begin returns r's stored answer or, when there is none, takes r's lock
+// (until end), or is errInFlight when another session holds it. A lock
+// connection that does not work is errUnavailable, as a pool's would be:
+// a retry is safe, nothing was written. (Going on without the lock would
+// be safe too, behind the unique constraint, but the database is most
+// likely away for the create as well.)
+func (l *pgIdemLocks) begin(ctx context.Context, r idemRequest) (*idemAnswer, error) {
+	key := pgIdemLockKey(l.schema, r.KeyID, r.Key)
+	i := int(uint64(key) % pgIdemLockConns)
+	var fp, body []byte
+	var status *int32
+	var locked bool
+	gen, err := l.use(ctx, i, func(conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, pgBeginIdem, r.KeyID, r.Key, r.Since.UnixMicro(), key).Scan(&fp, &status, &body, &locked)
+	})
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("read an idempotent answer: %w", describePostgres(err))
+	case status != nil:
+		a := &idemAnswer{Status: int(*status), Body: body}
+		copy(a.Fingerprint[:], fp)
+		return a, nil
+	case !locked:
+		return nil, errInFlight
+	}
+	l.mu.Lock()
+	l.held[r.Owner] = pgHeldLock{key: key, conn: i, gen: gen}
+	l.mu.Unlock()
+	return nil, nil
+}
+
+// end unlocks r's lock, if begin took one. A lock whose connection broke
+// meanwhile went with it. When the unlock cannot run, the connection is
+// closed before its next use: its session ends, and the lock with it.
+func (l *pgIdemLocks) end(ctx context.Context, r idemRequest) error {
+	l.mu.Lock()
+	h, ok := l.held[r.Owner]
+	delete(l.held, r.Owner)
+	l.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	c := &l.conns[h.conn]
+	select {
+	case c.sem <- struct{}{}:
+	case <-ctx.Done():
+		c.reset.Store(true)
+		return fmt.Errorf("%w: unlock an idempotency key: %w", errUnavailable, ctx.Err())
+	}
+	defer func() { <-c.sem }()
+	if c.conn == nil || c.gen != h.gen {
+		return nil
+	}
+	if _, err := c.conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", h.key); err != nil {
+		c.close()
+		return fmt.Errorf("unlock an idempotency key: %w", describePostgres(err))
+	}
+	return nil
+}
+
+// use runs fn on lock connection i, dialling it first if it has none, and
+// returns that connection's gen. A connection that fails is closed; when
+// it was an old one that broke (while idle, or its session was ended: a
+// FATAL error), fn runs once more on a new one.
+func (l *pgIdemLocks) use(ctx context.Context, i int, fn func(*pgx.Conn) error) (uint64, error) {
+	c := &l.conns[i]
+	select {
+	case c.sem <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	defer func() { <-c.sem }()
+	if c.reset.Swap(false) {
+		c.close()
+	}
+	for {
+		fresh := c.conn == nil
+		if fresh {
+			conn, err := pgx.ConnectConfig(ctx, l.cfg)
+			if err != nil {
+				return 0, err
+			}
+			c.conn = conn
+			c.gen++
+		}
+		err := fn(c.conn)
+		if err == nil {
+			return c.gen, nil
+		}
+		// Whether the lock was taken is not known: the session goes.
+		c.close()
+		var pe *pgconn.PgError
+		if fresh || ctx.Err() != nil || (errors.As(err, &pe) && pe.Severity != "FATAL") {
+			return 0, err // a statement's error would come again
+		}
+	}
+}
+
+// close ends the connection, and so its session and every lock in it;
+// the caller holds c.sem.
+func (c *pgLockConn) close() {
+	if c.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c.conn.Close(ctx)
+	c.conn = nil
+}
+
+// closeAll closes every lock connection, for the store's Close.
+func (l *pgIdemLocks) closeAll() {
+	for i := range l.conns {
+		c := &l.conns[i]
+		c.sem <- struct{}{}
+		c.close()
+		<-c.sem
+	}
 }

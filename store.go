@@ -94,16 +94,17 @@ type Store interface {
 	// BeginIdempotent is the start of a keyed create, on a store that
 	// several instances share: it returns the answer stored for r's key
 	// after r.Since, or nil when there is none, and then marks the key
-	// running until EndIdempotent (or r.Until); a key that another
-	// request's mark holds is errInFlight. SQLite has one process, which
+	// running until EndIdempotent, or until this process or its
+	// connection dies; a key that another live request's mark holds is
+	// errInFlight. An error leaves no mark. SQLite has one process, which
 	// keeps its marks in memory: it returns nil without looking, and its
 	// create finds a stored answer itself (errIdemExists).
 	BeginIdempotent(ctx context.Context, r idemRequest) (*idemAnswer, error)
 	// IdempotentAnswer returns the answer stored for r's key after
 	// r.Since, or nil.
 	IdempotentAnswer(ctx context.Context, r idemRequest) (*idemAnswer, error)
-	// EndIdempotent removes r's running mark, for a request that stored
-	// no answer.
+	// EndIdempotent removes r's running mark, if BeginIdempotent made one,
+	// once the create's transaction has ended (committed or not).
 	EndIdempotent(ctx context.Context, r idemRequest) error
 	// PurgeIdempotency deletes at most limit answers stored at or before
 	// before, oldest first, and returns how many it deleted; running marks
@@ -335,7 +336,6 @@ type idemRequest struct {
 	Owner int64  // a random token of this request: its running mark's
 	Now   time.Time
 	Since time.Time // answers stored at or before Since have expired
-	Until time.Time // when a running mark that its request never ended lapses
 }
 
 // idemAnswer is a stored answer and the fingerprint of its request.
