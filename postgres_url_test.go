@@ -204,6 +204,9 @@ func driverReadsAsGo(db string) error {
 	type reading struct{ user, password, host, port, database string }
 	goRead := reading{or(u.User.Username(), "envuser"), or(pw, "envpw"), or(u.Hostname(), "envhost"), or(u.Port(), "5999"), or(strings.TrimPrefix(u.Path, "/"), "envdb")}
 	drv := reading{cfg.User, cfg.Password, cfg.Host, strconv.Itoa(int(cfg.Port)), cfg.Database}
+	if n, err := strconv.Atoi(goRead.port); err == nil { // :001 is port 1
+		goRead.port = strconv.Itoa(n)
+	}
 	if strings.Contains(u.Host, ",") { // a list: net/url has no reading of its own
 		goRead.host, goRead.port = drv.host, drv.port
 	}
