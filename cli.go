@@ -191,7 +191,7 @@ func checkDBPath(db string) error {
 		return usagef("no database path given (--db)")
 	}
 	if isPostgresURL(db) {
-		return nil // postgresConfig checks the rest
+		return checkPostgresURL(db) // before any command connects
 	}
 	if scheme, _, ok := strings.Cut(db, "://"); ok {
 		return usagef("--db %s: %q URLs are not supported; --db takes a SQLite file path or a postgres:// URL", redactDB(db), scheme)

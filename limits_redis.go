@@ -80,6 +80,13 @@ func parseRedisURL(s string) (rueidis.ClientOption, error) {
 	if u.Host == "" {
 		return rueidis.ClientOption{}, errors.New("--redis names no host")
 	}
+	// A raw @ or # after the host is a password that was not
+	// percent-encoded (redis://u:12/34@h/0): what follows its / ? or #
+	// would be shown as a path, query or fragment.
+	_, rest, _ := strings.Cut(s, "://")
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 && strings.ContainsAny(rest[i:], "@#") {
+		return rueidis.ClientOption{}, errors.New("--redis: an @ or # after the host; " + percentEncodeHint)
+	}
 	opt, err := rueidis.ParseURL(s)
 	if err != nil {
 		return opt, errors.New("--redis: " + strings.TrimPrefix(withoutPassword(err.Error(), u), "redis: "))

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -88,16 +89,104 @@ func withoutPassword(msg string, u *url.URL) string {
 	return msg
 }
 
+// percentEncodeHint ends the messages that refuse a URL for a character
+// that should have been percent-encoded.
+const percentEncodeHint = "percent-encode the user name and password (@ as %40, / as %2F, ? as %3F, # as %23, : as %3A, % as %25, a space as %20)"
+
+// checkPostgresURL refuses, as bad usage, a postgres:// URL that does not
+// parse, or that Go's URL parser (which redactDB masks by) and the driver
+// read differently (pgURLReadsAlike). Its messages quote no part of the
+// URL: the part one parser takes for a host or a database may be what the
+// user meant as the password.
+func checkPostgresURL(db string) error {
+	if _, err := url.Parse(db); err != nil {
+		// Not url.Parse's words: they quote a part of the URL, which may
+		// be a part of the password ("invalid port \":s3cr\"").
+		return usagef("--db: the PostgreSQL URL does not parse; %s", percentEncodeHint)
+	}
+	if !pgURLReadsAlike(db) {
+		return usagef("--db: the PostgreSQL URL reads two ways (an @, /, ?, # or space in the password, user name or database name); %s", percentEncodeHint)
+	}
+	return nil
+}
+
+// pgURLReadsAlike reports whether Go's net/url and the driver split the
+// postgres:// URL db into the same user information, hosts and database,
+// and no '@' or space is left in the database. The driver (pgconn's
+// parse_url.go) reads a URL as libpq does: the user information ends at the
+// first '@' before any '/', the host list at the first '/' or '?' outside
+// an IPv6 address's brackets, and '#' is an ordinary character. net/url
+// cuts a fragment at the first '#', then a query at the first '?'; the
+// authority ends at the first '/', and the user information at its last
+// '@'. So 'postgres://u:p@ss@h/db' is user u at host ss@h to the driver,
+// and 'postgres://u:12/34@h/db' is database 34@h/db to both.
+func pgURLReadsAlike(db string) bool {
+	_, rest, _ := strings.Cut(db, "://")
+	if strings.Contains(rest, "#") {
+		return false
+	}
+	auth := rest
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		auth = rest[:i]
+	}
+	goUser, goHosts := "", auth
+	if i := strings.LastIndexByte(auth, '@'); i >= 0 {
+		goUser, goHosts = auth[:i+1], auth[i+1:]
+	}
+	drvUser, p := "", rest
+	if i := strings.IndexAny(p, "@/"); i >= 0 && p[i] == '@' {
+		drvUser, p = p[:i+1], p[i+1:]
+	}
+	drvHosts, p := libpqHostList(p)
+	if goUser != drvUser || goHosts != drvHosts {
+		return false
+	}
+	path, _, _ := strings.Cut(p, "?")
+	return !strings.ContainsAny(path, "@ ")
+}
+
+// libpqHostList splits p, a URL after its user information, into its
+// comma-separated host[:port] list and the rest, as libpq does.
+func libpqHostList(p string) (hosts, rest string) {
+	i := 0
+	for {
+		if i < len(p) && p[i] == '[' {
+			end := strings.IndexByte(p[i:], ']')
+			if end < 0 {
+				return p, ""
+			}
+			i += end + 1
+		} else if j := strings.IndexAny(p[i:], ":/?,"); j >= 0 {
+			i += j
+		} else {
+			i = len(p)
+		}
+		if i < len(p) && p[i] == ':' {
+			if j := strings.IndexAny(p[i:], "/?,"); j >= 0 {
+				i += j
+			} else {
+				i = len(p)
+			}
+		}
+		if i < len(p) && p[i] == ',' {
+			i++
+			continue
+		}
+		return p[:i], p[i:]
+	}
+}
+
 // postgresConfig parses a postgres:// URL into the pool's configuration;
 // the PG* variables and ~/.pgpass fill in what it leaves out, as they do
 // for psql. Its errors never quote the password.
 func postgresConfig(db string, o storeOptions) (*pgxpool.Config, error) {
+	if err := checkPostgresURL(db); err != nil {
+		return nil, err
+	}
 	shown := redactDB(db)
 	u, err := url.Parse(db)
 	if err != nil {
-		// Not url.Parse's words: they quote a part of the URL, which may
-		// be a part of the password ("invalid port \":s3cr\"").
-		return nil, usagef("--db %s is not a valid URL; percent-encode special characters (/ ? # @ : %%) in the user name and password", shown)
+		return nil, err // checkPostgresURL parsed it
 	}
 	// pgx knows postgres:// and postgresql:// in lower case only. (Not
 	// u.String(): it writes postgres://?... as postgres:?..., which pgx
@@ -262,6 +351,7 @@ func describePostgres(err error) error {
 	if err == nil || errors.Is(err, errUnavailable) || errors.Is(err, context.Canceled) {
 		return err // described already, or the client went away
 	}
+	err = connectErrorOnce(err)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {
@@ -277,6 +367,52 @@ func describePostgres(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", errUnavailable, err)
+}
+
+// onceError is an error with a message of its own, keeping its cause.
+type onceError struct {
+	msg string
+	err error
+}
+
+func (e *onceError) Error() string { return e.msg }
+func (e *onceError) Unwrap() error { return e.err }
+
+// connectErrorOnce is err with the driver's failure to connect, if it holds
+// one, saying each reason once, on one line. The driver tries each address
+// twice under the default sslmode=prefer (with TLS, then without) and joins
+// the reasons, so one refused port read "connection refused ... connection
+// refused".
+func connectErrorOnce(err error) error {
+	var ce *pgconn.ConnectError
+	if !errors.As(err, &ce) || ce.Config == nil {
+		return err
+	}
+	once := fmt.Sprintf("failed to connect to `user=%s database=%s`: %s", ce.Config.User, ce.Config.Database, eachOnce(errors.Unwrap(ce)))
+	return &onceError{msg: strings.Replace(err.Error(), ce.Error(), once, 1), err: err}
+}
+
+// eachOnce is err's message with the errors it joins each written once,
+// separated by "; ".
+func eachOnce(err error) string {
+	if err == nil {
+		return ""
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var parts []string
+		for _, e := range j.Unwrap() {
+			if p := eachOnce(e); !slices.Contains(parts, p) {
+				parts = append(parts, p)
+			}
+		}
+		return strings.Join(parts, "; ")
+	}
+	if inner := errors.Unwrap(err); inner != nil {
+		if msg, in := err.Error(), inner.Error(); strings.HasSuffix(msg, in) {
+			return msg[:len(msg)-len(in)] + eachOnce(inner)
+		}
+	}
+	return err.Error()
 }
 
 // isPostgresError reports whether err came from the PostgreSQL server.
