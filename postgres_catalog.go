@@ -225,7 +225,7 @@ type nameFill struct {
 }
 
 // fillNameCmp gives each category above filled without a comparison key
-// its key, in id order, unless a row holds that key already (a lookalike
+// its key, ASCII names first and then the others in id order, unless a row holds that key already (a lookalike
 // stored before schema 9, or by an older instance, stays NULL), a chunk
 // at a time, each under the catalog's lock, so that the fills and creates
 // of all instances take turns. No other column changes: the list, its
@@ -257,6 +257,14 @@ func (s *pgStore) fillNameChunk(ctx context.Context, after int64) (done bool, la
 		return false, after, err
 	}
 	defer tx.Rollback(ctx) // after a commit, a no-op
+	// ASCII names above after first, in one statement (as on SQLite: a row
+	// at a time took 28 s a million): their key is their fold, which no
+	// other ASCII name holds.
+	if _, err := tx.Exec(ctx, `UPDATE categories SET name_cmp = fold WHERE name_cmp IS NULL AND id > $1
+		AND octet_length(name) = char_length(name)
+		AND NOT EXISTS (SELECT 1 FROM categories c WHERE c.name_cmp = categories.fold)`, after); err != nil {
+		return false, after, err
+	}
 	rows, _ := tx.Query(ctx, "SELECT id, name FROM categories WHERE name_cmp IS NULL AND id > $1 ORDER BY id LIMIT $2", after, listChunk)
 	type unfilled struct {
 		ID   int64

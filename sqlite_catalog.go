@@ -51,9 +51,16 @@ func (s *sqliteStore) CreateCategory(ctx context.Context, c Category, fold strin
 	return c, nil
 }
 
+// sqliteFillASCIINames gives every category whose name is ASCII (as many
+// characters as bytes) and has no comparison key its fold as its key,
+// unless a row holds that key already.
+const sqliteFillASCIINames = `UPDATE categories SET name_cmp = fold WHERE name_cmp IS NULL
+	AND length(name) = length(CAST(name AS BLOB))
+	AND NOT EXISTS (SELECT 1 FROM categories c WHERE c.name_cmp = categories.fold)`
+
 // fillNameCmp gives each category without a comparison key (name_cmp,
-// added by schema 9) its key, in id order, unless a row holds that key
-// already: a lookalike stored before the rule stays NULL, and the earlier
+// added by schema 9) its key, ASCII names first and then the others in
+// id order, unless a row holds that key already: a lookalike stored before the rule stays NULL, and the earlier
 // row's key refuses new lookalikes of both. No other column changes, so
 // the list, its ETags and its pages stay as they were. It runs when the
 // database is opened to be migrated, before any create: SQLite has one
@@ -64,6 +71,13 @@ func (s *sqliteStore) fillNameCmp(ctx context.Context) error {
 		return fmt.Errorf("fill name keys: %w", describe(err))
 	}
 	defer tx.Rollback()
+	// ASCII names first, all in one statement: a million of them took 28 s
+	// a row at a time. Their key is their fold (compareName's shortcut is
+	// foldName's), which no other ASCII name holds; one that a non-ASCII
+	// row filled before holds stays NULL, as below.
+	if _, err := tx.ExecContext(ctx, sqliteFillASCIINames); err != nil {
+		return fmt.Errorf("fill name keys: %w", describe(err))
+	}
 	type unfilled struct {
 		id   int64
 		name string
