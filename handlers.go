@@ -1,11 +1,14 @@
-// handlers.go owns the skeleton that every create handler shares: decode,
-// validate, create, map the store's refusal, answer 201; with an
-// Idempotency-Key, createKeyed (idempotency.go) takes over.
+// handlers.go owns the one create path that every POST shares, with or
+// without an Idempotency-Key: read the body, decode, validate, create, map
+// the store's refusal, answer 201. A key wraps its steps (idempotency.go's
+// idemCall): it may answer before them, stores the create's answer with
+// its row, and puts a stored answer before a refusal.
 
 package main
 
 import (
 	"context"
+	"errors"
 	"net/http"
 )
 
@@ -24,10 +27,15 @@ type createFunc[Row any] func(Store, context.Context, Row, *idemWrite[Row]) (Row
 // error is answered as it is (a 503 or a 500).
 type refuseFunc[Row any] func(Row, error) *apiError
 
-// handleCreate answers a POST that creates one row: it decodes the body
-// into an In, validates it into the row, creates that in store, and
-// answers 201 with the row created. A request with an Idempotency-Key goes
-// to createKeyed.
+// handleCreate answers a POST that creates one row: it reads the body,
+// decodes it into an In, validates that into the row, creates the row in
+// store, and answers 201 with the row created, or the store's refusal.
+// With an Idempotency-Key, a stored answer is replayed before the body is
+// decoded (or, on SQLite, found by the create), the key's reuse for another
+// request is refused (422) before anything wrong with the body, and the
+// create's answer, a 201 or a 409 conflict, is stored in its transaction
+// and sent byte for byte as a replay will send it. Nothing is stored for a
+// request refused before it could write.
 func handleCreate[In creatable[Row], Row any](store Store, idem *idempotency, create createFunc[Row], refused refuseFunc[Row]) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, keyed, kerr := idempotencyKey(r.Header)
@@ -35,28 +43,49 @@ func handleCreate[In creatable[Row], Row any](store Store, idem *idempotency, cr
 			writeError(w, r, kerr)
 			return
 		}
-		if keyed {
-			createKeyed[In](w, r, idem, key, create, refused)
+		body, done, err := readBody(w, r)
+		if err != nil {
+			writeError(w, r, err)
 			return
 		}
+		var call idemCall // the zero idemCall without a key
+		if keyed {
+			c, answered := idem.start(w, r, key, body)
+			if answered {
+				done()
+				return
+			}
+			call = c
+			defer call.finish(r) // after the create's transaction, whatever its outcome
+		}
 		var in In
-		if err := decodeJSON(w, r, &in); err != nil {
-			writeError(w, r, err)
+		err = decodeBody(body, &in)
+		done() // the decoded values are copies; nothing keeps the bytes
+		if err != nil {
+			call.refuse(w, r, err)
 			return
 		}
 		row, verr := in.validate()
 		if verr != nil {
-			writeError(w, r, verr)
+			call.refuse(w, r, verr)
 			return
 		}
-		created, err := create(store, r.Context(), row, nil)
-		if err != nil {
+		iw := idemWriteFor(&call, refused)
+		created, err := create(store, r.Context(), row, iw)
+		switch {
+		case keyed && errors.Is(err, errIdemExists): // nothing was written
+			call.answerExisting(w, r)
+		case err != nil && !isRefusal(err):
+			writeError(w, r, err) // 503: nothing was stored; a retry is safe
+		case iw != nil && iw.Status != 0:
+			writeRaw(w, iw.Status, iw.Body) // as kept: what a replay will send
+		case err != nil:
 			if ae := refused(row, err); ae != nil {
 				err = ae
 			}
-			writeError(w, r, err)
-			return
+			call.refuse(w, r, err)
+		default:
+			writeJSON(w, http.StatusCreated, created)
 		}
-		writeJSON(w, http.StatusCreated, created)
 	})
 }

@@ -1,7 +1,7 @@
 // idempotency.go owns Idempotency-Key (DECISIONS.md, section 9): reading
 // the header, the request's fingerprint, the keys running in this process,
-// a keyed create from lookup to answer, replays, and the purge of expired
-// answers. The stores keep the answers (sqlite_idempotency.go,
+// what a keyed create adds to handleCreate's (lookup, marks, the answer to
+// store, replays), and the purge of expired answers. The stores keep the answers (sqlite_idempotency.go,
 // postgres_idempotency.go).
 
 package main
@@ -140,45 +140,68 @@ func (idem *idempotency) request(k idemKey) idemRequest {
 		Now: now, Since: now.Add(-idem.ttl)}
 }
 
-// createKeyed answers a create sent with an Idempotency-Key: a stored
-// answer is replayed (or the key's reuse refused); without one, the create
-// runs as handleCreate's does, and its answer, if a 201 or a 409 conflict,
-// is stored with its row and sent, byte for byte what a replay will send.
-// Nothing is stored for a request refused before it could write.
-func createKeyed[In creatable[Row], Row any](w http.ResponseWriter, r *http.Request, idem *idempotency, key string, create createFunc[Row], refused refuseFunc[Row]) {
-	body, done, err := readBody(w, r)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	defer done()
+// idemCall is a keyed create while it runs: its key, marked running in
+// this process (and, on PostgreSQL, locked), and its request's fingerprint.
+// The zero idemCall is a create without a key.
+type idemCall struct {
+	idem *idempotency
+	k    idemKey
+	req  idemRequest
+	fp   [32]byte
+}
+
+// start begins the keyed create of r, whose body is body: it marks the key
+// running and looks up its stored answer, which it replays (or refuses the
+// key's reuse for another request). It reports whether it answered (with
+// that, or the key in use, or the lookup's error); if not, the create runs
+// and finish follows it.
+func (idem *idempotency) start(w http.ResponseWriter, r *http.Request, key string, body []byte) (c idemCall, answered bool) {
 	k := idemKey{stateOf(r).key.Lineage, key} // one scope for a lineage: a retry with the rotated key replays
 	if !idem.enter(k) {
 		writeInUse(w, r)
-		return
+		return idemCall{}, true
 	}
-	defer idem.leave(k)
-	req := idem.request(k)
-	fp := fingerprint(r, body)
-	if answered := idem.begin(w, r, req, fp); answered {
-		return
+	c = idemCall{idem: idem, k: k, req: idem.request(k), fp: fingerprint(r, body)}
+	if idem.begin(w, r, c.req, c.fp) {
+		idem.leave(k)
+		return idemCall{}, true
 	}
-	defer idem.end(r, req) // after the answer's transaction, whatever its outcome
-	var in In
-	if err := decodeBody(body, &in); err != nil {
-		if !idem.replay(w, r, req, fp) { // a key used before: 422 comes first
-			writeError(w, r, err)
-		}
-		return
+	return c, false
+}
+
+// finish ends c's marks: the store's (after the create's transaction,
+// whatever its outcome), then this process's.
+func (c *idemCall) finish(r *http.Request) {
+	c.idem.end(r, c.req)
+	c.idem.leave(c.k)
+}
+
+// refuse answers err, the request's refusal; but a key used before
+// answers with its stored answer, or 422 for its reuse, first.
+func (c *idemCall) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	if c.idem == nil || !c.idem.replay(w, r, c.req, c.fp) {
+		writeError(w, r, err)
 	}
-	row, verr := in.validate()
-	if verr != nil {
-		if !idem.replay(w, r, req, fp) {
-			writeError(w, r, verr)
-		}
-		return
+}
+
+// answerExisting answers a create that found c's key answered (SQLite
+// does not look before the create), or answered meanwhile by another
+// instance: that answer, or the key's reuse.
+func (c *idemCall) answerExisting(w http.ResponseWriter, r *http.Request) {
+	if !c.idem.replay(w, r, c.req, c.fp) {
+		writeInUse(w, r) // it expired this very moment: try again
 	}
-	iw := &idemWrite[Row]{idemRequest: req, Fingerprint: fp, answer: func(row Row, err error) (int, []byte, bool) {
+}
+
+// idemWriteFor is c's key as the create of a Row stores it, nil without
+// one: the answer kept with the row is the 201 with the row made, or a 409
+// conflict (refused's), encoded as the first answer and every replay send
+// it; any other refusal, or an answer over maxStoredBody, is not kept.
+func idemWriteFor[Row any](c *idemCall, refused refuseFunc[Row]) *idemWrite[Row] {
+	if c.idem == nil {
+		return nil
+	}
+	return &idemWrite[Row]{idemRequest: c.req, Fingerprint: c.fp, answer: func(row Row, err error) (int, []byte, bool) {
 		var v any = row
 		status := http.StatusCreated
 		if err != nil {
@@ -194,32 +217,6 @@ func createKeyed[In creatable[Row], Row any](w http.ResponseWriter, r *http.Requ
 		}
 		return status, buf.Bytes(), true
 	}}
-	created, err := create(idem.store, r.Context(), row, iw)
-	switch {
-	case errors.Is(err, errIdemExists):
-		// Answered before (SQLite does not look before the create), or
-		// meanwhile by another instance: that answer, or the key's reuse.
-		if !idem.replay(w, r, req, fp) {
-			writeInUse(w, r) // it expired this very moment: try again
-		}
-	case err != nil && !isRefusal(err):
-		writeError(w, r, err) // 503: nothing was stored; a retry is safe
-	default:
-		if iw.Status != 0 {
-			writeRaw(w, iw.Status, iw.Body)
-			return
-		}
-		if err != nil {
-			if ae := refused(row, err); ae != nil {
-				err = ae
-			}
-			if !idem.replay(w, r, req, fp) { // the key used before, for another request: 422
-				writeError(w, r, err)
-			}
-			return
-		}
-		writeJSON(w, http.StatusCreated, created)
-	}
 }
 
 // begin looks up req's stored answer and, when there is one, replays it
