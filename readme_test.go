@@ -15,10 +15,11 @@ import (
 )
 
 // TestReadmeListsEveryServeFlag: each flag of serve has a row in the
-// README's flags table, with its variable and the default serve -h gives
-// (a duration may be written another way: 60s for 1m0s).
+// flags table of docs/cli.md (moved there from the README), with its
+// variable and the default serve -h gives (a duration may be written
+// another way: 60s for 1m0s).
 func TestReadmeListsEveryServeFlag(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
+	readme, err := os.ReadFile("docs/cli.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,9 +49,9 @@ func TestReadmeListsEveryServeFlag(t *testing.T) {
 		}
 		switch {
 		case i < 0:
-			t.Errorf("the README's flags table has no row for --%s (%s)", name, env)
+			t.Errorf("the flags table of docs/cli.md has no row for --%s (%s)", name, env)
 		case def != "" && !strings.Contains(rows[i], "`"+def+"`") && !sameDuration(def, rows[i]):
-			t.Errorf("the README's row of --%s does not give its default `%s`: %s", name, def, rows[i])
+			t.Errorf("docs/cli.md's row of --%s does not give its default `%s`: %s", name, def, rows[i])
 		}
 	}
 }
