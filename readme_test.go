@@ -11,13 +11,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 )
 
 // TestReadmeListsEveryServeFlag: each flag of serve has a row in the
-// README's flags table, with its variable and the default serve -h gives
-// (a duration may be written another way: 60s for 1m0s).
+// flags table of docs/cli.md (moved there from the README), with its
+// variable and the default serve -h gives (a duration may be written
+// another way: 60s for 1m0s).
 func TestReadmeListsEveryServeFlag(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
+	readme, err := os.ReadFile("docs/cli.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,9 +49,9 @@ func TestReadmeListsEveryServeFlag(t *testing.T) {
 		}
 		switch {
 		case i < 0:
-			t.Errorf("the README's flags table has no row for --%s (%s)", name, env)
+			t.Errorf("the flags table of docs/cli.md has no row for --%s (%s)", name, env)
 		case def != "" && !strings.Contains(rows[i], "`"+def+"`") && !sameDuration(def, rows[i]):
-			t.Errorf("the README's row of --%s does not give its default `%s`: %s", name, def, rows[i])
+			t.Errorf("docs/cli.md's row of --%s does not give its default `%s`: %s", name, def, rows[i])
 		}
 	}
 }
@@ -198,4 +200,105 @@ func TestReadmeHealthzExample(t *testing.T) {
 	if want := strings.Replace(string(m[1]), `"version":"..."`, `"version":`+strconv.Quote(version), 1); sent != want {
 		t.Errorf("the README shows /healthz as %s; the server sends %s", m[1], sent)
 	}
+}
+
+// TestDocsLinksResolve: every relative link of README.md and docs/*.md
+// names a file that exists and, when it names a heading of a Markdown
+// file (file.md#anchor or #anchor), a heading that file has, by
+// GitHub's rule for anchors. Moving a section breaks no link silently.
+func TestDocsLinksResolve(t *testing.T) {
+	files, _ := filepath.Glob("docs/*.md")
+	files = append(files, "README.md")
+	anchors := map[string]map[string]bool{}
+	headingsOf := func(path string) (map[string]bool, error) {
+		if a, ok := anchors[path]; ok {
+			return a, nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		headings, _ := markdownHeadingsAndLinks(string(b))
+		anchors[path] = headings
+		return headings, nil
+	}
+	checked := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, links := markdownHeadingsAndLinks(string(b))
+		for _, link := range links {
+			if strings.Contains(link, "://") || strings.HasPrefix(link, "mailto:") {
+				continue
+			}
+			path, anchor, _ := strings.Cut(link, "#")
+			target := f
+			if path != "" {
+				target = filepath.Join(filepath.Dir(f), path)
+				if _, err := os.Stat(target); err != nil {
+					t.Errorf("%s links to %s, which does not exist", f, link)
+					continue
+				}
+			}
+			checked++
+			if anchor == "" || !strings.HasSuffix(target, ".md") {
+				continue
+			}
+			headings, err := headingsOf(target)
+			if err != nil {
+				t.Errorf("%s links to %s: %v", f, link, err)
+			} else if !headings[anchor] {
+				t.Errorf("%s links to %s, but %s has no heading with the anchor #%s", f, link, target, anchor)
+			}
+		}
+	}
+	if checked < 50 {
+		t.Errorf("checked %d relative links in %v, want the docs' many", checked, files)
+	}
+}
+
+// markdownHeadingsAndLinks returns the anchors of md's headings as GitHub
+// makes them (lower case; letters, digits, - and _ kept, spaces as -,
+// the rest dropped; a repeated one gets -1, -2, ...) and the targets of
+// its inline links, leaving out fenced code blocks and code spans.
+func markdownHeadingsAndLinks(md string) (map[string]bool, []string) {
+	headings := map[string]bool{}
+	seen := map[string]int{}
+	var links []string
+	linkRE := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	codeRE := regexp.MustCompile("`[^`]*`")
+	fenced := false
+	for line := range strings.SplitSeq(md, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			fenced = !fenced
+			continue
+		}
+		if fenced {
+			continue
+		}
+		if h := strings.TrimLeft(line, "#"); len(h) < len(line) && len(line)-len(h) <= 6 && strings.HasPrefix(h, " ") {
+			var slug strings.Builder
+			for _, r := range strings.ToLower(strings.TrimSpace(h)) {
+				switch {
+				case r == ' ':
+					slug.WriteRune('-')
+				case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+					slug.WriteRune(r)
+				}
+			}
+			s := slug.String()
+			if n := seen[s]; n > 0 {
+				headings[s+"-"+strconv.Itoa(n)] = true
+			} else {
+				headings[s] = true
+			}
+			seen[s]++
+		}
+		for _, m := range linkRE.FindAllStringSubmatch(codeRE.ReplaceAllString(line, ""), -1) {
+			links = append(links, m[1])
+		}
+	}
+	return headings, links
 }
