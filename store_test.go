@@ -57,6 +57,7 @@ func TestCheckConstraintsMatchTables(t *testing.T) {
 type checkValues func(ctx context.Context, s Store, table, column string) ([]string, error)
 
 func checkConstraintsMatch(t *testing.T, db string, listed checkValues) {
+	t.Helper()
 	s := openTestStore(t, db)
 	ctx := context.Background()
 	for _, tt := range goTables() {
