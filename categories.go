@@ -146,9 +146,10 @@ type categoryLists struct {
 	publicURL string
 	cached    atomic.Pointer[listSnapshot]
 	pages     *lru.Cache[pageKey, *listSnapshot]
-	// tooLarge is set once the list outgrew maxCachedList: categories are
-	// never deleted, so from then on it is streamed without first being
-	// read up to that size again, on every request, to find out.
+	// tooLarge is set once the list outgrew maxCachedList: a list only
+	// grows (the Store's rules, store.go), so from then on it is streamed
+	// without first being read up to that size again, on every request,
+	// to find out.
 	tooLarge atomic.Bool
 	// reading lets one request at a time read the list into a snapshot:
 	// after a write, every GET in flight finds the copy stale at once, and
@@ -375,7 +376,7 @@ func (l *categoryLists) servePage(w http.ResponseWriter, r *http.Request, q url.
 	}
 	key := pageKey{afterID: afterID, limit: limit}
 	snap, ok := l.pages.Get(key)
-	if ok && snap.linkHeader != nil { // a full page never goes stale
+	if ok && snap.linkHeader != nil { // a full page never goes stale (the Store's rules)
 		serveSnapshot(w, r, snap)
 		return
 	}
@@ -396,11 +397,9 @@ func (l *categoryLists) servePage(w http.ResponseWriter, r *http.Request, q url.
 }
 
 // page reads and serializes one page of generation gen, and keeps it if it
-// is small enough. Categories are never changed or deleted, their ids only
-// grow, and no id becomes visible after a higher one (SQLite's one writer;
-// PostgreSQL's creates hold an advisory lock until they commit), so a full page
-// stays right forever; a page that is not full (the end of the list) is
-// right until the next write. It is read after gen was, so it holds at least
+// is small enough. By the Store's rules (store.go), a full page stays right
+// forever; a page that is not full (the end of the list) is right until the
+// next write. It is read after gen was, so it holds at least
 // generation gen: a write that came in meanwhile only makes it newer.
 func (l *categoryLists) page(ctx context.Context, key pageKey, gen uint64) (*listSnapshot, error) {
 	page := make([]Category, 0, min(key.limit, 100))

@@ -228,6 +228,39 @@ func (ct *checkingTransport) report(t *testing.T) {
 	ct.problems = nil
 }
 
+// TestDocumentEnumsMatchTables checks that the OpenAPI document's lists
+// of allowed values are those of the Go tables the server validates with.
+func TestDocumentEnumsMatchTables(t *testing.T) {
+	type schema struct {
+		Enum       []string
+		Maximum    int64
+		Properties map[string]schema
+	}
+	var doc struct {
+		Components struct{ Schemas map[string]schema }
+	}
+	if err := json.Unmarshal(openAPISource, &doc); err != nil {
+		t.Fatal(err)
+	}
+	schemas := doc.Components.Schemas
+	for _, tt := range []struct {
+		where     string
+		got, want []string
+	}{
+		{"PetStatus", schemas["PetStatus"].Enum, petStatuses},
+		{"Order.status", schemas["Order"].Properties["status"].Enum, orderStatuses},
+	} {
+		if !slices.Equal(slices.Sorted(slices.Values(tt.got)), slices.Sorted(slices.Values(tt.want))) {
+			t.Errorf("openapi.json's %s enum is %q; the Go table has %q", tt.where, tt.got, tt.want)
+		}
+	}
+	for _, name := range []string{"NewOrder", "Order"} {
+		if m := schemas[name].Properties["quantity"].Maximum; m != maxOrderQuantity {
+			t.Errorf("openapi.json's %s.quantity maximum is %v, want maxOrderQuantity (%d)", name, m, maxOrderQuantity)
+		}
+	}
+}
+
 // TestRoutesMatchDocument checks that the router and the OpenAPI document
 // list the same operations, a GET route standing for a HEAD too: the
 // router (http.ServeMux) answers HEAD for every GET pattern.

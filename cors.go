@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -18,9 +19,9 @@ type corsPolicy struct {
 	origins map[string]bool // each allowed origin, as a browser writes it
 }
 
-// The header values of CORS answers: the same for every request.
+// The header values of CORS answers: the same for every request. The
+// allowed methods come from the route table (corsMethods).
 var (
-	corsAllowMethods = []string{"GET, HEAD, POST"}
 	corsAllowHeaders = []string{"Authorization, Content-Type, Idempotency-Key, If-None-Match, X-Request-Id"}
 	corsMaxAge       = []string{"7200"} // Chromium's cap; Firefox allows a day
 	corsAnyOrigin    = []string{"*"}
@@ -93,14 +94,31 @@ func isPreflight(r *http.Request) bool {
 	return r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" && isAPIPath(r.URL.Path)
 }
 
+// corsMethods returns the Access-Control-Allow-Methods of a preflight:
+// the methods of routes, and HEAD with GET (the router answers HEAD for
+// every GET route), in alphabetical order. Every route names its method.
+func corsMethods(routes []route) []string {
+	var methods []string
+	for _, rt := range routes {
+		method, _, _ := strings.Cut(rt.pattern, " ")
+		methods = append(methods, method)
+		if method == http.MethodGet {
+			methods = append(methods, http.MethodHead)
+		}
+	}
+	slices.Sort(methods)
+	return []string{strings.Join(slices.Compact(methods), ", ")}
+}
+
 // withCORS answers the preflights of allowed origins (204, no key, no rate
-// limit: it runs before both) and marks every other answer to them as
-// readable, with the headers a page needs exposed. Without a policy it is
-// not in the chain at all.
-func withCORS(p corsPolicy) func(http.Handler) http.Handler {
+// limit: it runs before both), allowing the methods of routes, and marks
+// every other answer to them as readable, with the headers a page needs
+// exposed. Without a policy it is not in the chain at all.
+func withCORS(p corsPolicy, routes []route) func(http.Handler) http.Handler {
 	if !p.any && len(p.origins) == 0 {
 		return func(next http.Handler) http.Handler { return next }
 	}
+	corsAllowMethods := corsMethods(routes)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			h := w.Header()

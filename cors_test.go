@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -91,6 +92,38 @@ func TestCORSPreflight(t *testing.T) {
 	r = preflight(t, ts, "/healthz", appOrigin, "GET")
 	if r.status != http.StatusMethodNotAllowed {
 		t.Errorf("preflight of /healthz: %d, want 405", r.status)
+	}
+}
+
+// TestCORSAllowsEveryRouteMethod preflights every route of the route
+// table with its own method (and HEAD for a GET route, which the router
+// answers too): a route whose method the preflight does not allow passes
+// every other test and fails in a browser.
+func TestCORSAllowsEveryRouteMethod(t *testing.T) {
+	ts := startServer(t, "--cors-origins", appOrigin)
+	wildcard := regexp.MustCompile(`\{[^}]*\}`)
+	for _, rt := range apiRoutes(nil, nil, serveConfig{}) {
+		method, pattern, ok := strings.Cut(rt.pattern, " ")
+		if !ok {
+			t.Errorf("route %q has no method: it would take every method", rt.pattern)
+			continue
+		}
+		path := wildcard.ReplaceAllString(pattern, "1")
+		methods := []string{method}
+		if method == http.MethodGet {
+			methods = append(methods, http.MethodHead)
+		}
+		for _, m := range methods {
+			r := preflight(t, ts, path, appOrigin, m)
+			if r.status != http.StatusNoContent {
+				t.Errorf("preflight of %s %s: %d, want 204", m, path, r.status)
+				continue
+			}
+			if !slices.Contains(headerList(r.header, "Access-Control-Allow-Methods"), strings.ToLower(m)) {
+				t.Errorf("preflight of %s %s: Access-Control-Allow-Methods = %q, lacks %s (route %q)",
+					m, path, r.header.Values("Access-Control-Allow-Methods"), m, rt.pattern)
+			}
+		}
 	}
 }
 

@@ -9,6 +9,12 @@ import (
 
 const maxOrderQuantity = 100
 
+// orderStatuses are the statuses an order may have: it is placed, and
+// nothing changes it yet.
+var orderStatuses = []string{orderPlaced}
+
+const orderPlaced = "placed"
+
 // newOrder is the request body of POST /v1/store/orders.
 type newOrder struct {
 	PetID    *int64 `json:"petId"`
@@ -27,7 +33,7 @@ func (o newOrder) validate() (Order, *apiError) {
 	case *o.Quantity < 1 || *o.Quantity > maxOrderQuantity:
 		return Order{}, errorf("validation_failed", "quantity must be 1 to %d, got %d", maxOrderQuantity, *o.Quantity)
 	}
-	return Order{PetID: *o.PetID, Quantity: *o.Quantity, Status: "placed"}, nil
+	return Order{PetID: *o.PetID, Quantity: *o.Quantity, Status: orderPlaced}, nil
 }
 
 func handleOrderCreate(store Store, idem *idempotency) http.Handler {

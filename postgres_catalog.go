@@ -64,7 +64,8 @@ func refusedBy(noRow error, holder *string) error {
 }
 
 // lockCatalog makes the creates of all instances take turns, a batch at a
-// time, from before their ids are drawn until their commit is visible. A
+// time, from before their ids are drawn until their commit is visible: it
+// is how PostgreSQL keeps the Store's rule that ids ascend (store.go). A
 // sequence hands out ids in the order it is asked, but transactions commit
 // in any order: without the lock, id 11 could become visible before id 10,
 // and a client paging by after_id past 11 would never see 10. It is an
@@ -293,9 +294,8 @@ func (s *pgStore) fillNameChunk(ctx context.Context, after int64) (done bool, la
 	return false, chunk[len(chunk)-1].ID, tx.Commit(ctx)
 }
 
-// CategoriesGen is the highest id of a visible category: categories are
-// never changed or deleted, and ids become visible in ascending order, so
-// it names the set of them. Asking the database every time is what lets
+// CategoriesGen is the highest id of a visible category, which names the
+// set of them by the Store's rules (store.go). Asking the database every time is what lets
 // every instance serve a cached list that is never missing a category that
 // another one has acknowledged; the requests that ask at once share one
 // query (sharedRead).

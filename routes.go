@@ -35,7 +35,8 @@ func apiRoutes(store Store, idem *idempotency, cfg serveConfig) []route {
 
 // newServer returns the whole API: the routes behind the middleware.
 func newServer(logger *slog.Logger, reqLog *requestLog, store Store, idem *idempotency, keys *keyring, lim rateLimiter, m *serverMetrics, cfg serveConfig) http.Handler {
-	routes := append(apiRoutes(store, idem, cfg),
+	api := apiRoutes(store, idem, cfg)
+	routes := append(api,
 		route{"GET /healthz", handleHealth(cfg.env)},
 		route{"GET /readyz", handleReady(store, lim)})
 	routes = append(routes, docsRoutes()...)
@@ -44,7 +45,7 @@ func newServer(logger *slog.Logger, reqLog *requestLog, store Store, idem *idemp
 		withRequestID,                      // runs first: every answer has an id, and nosniff
 		logRequests(reqLog, m),             // one log line (unkeyed answers on a budget) and the metrics of each request
 		recoverPanics(logger),              // a panic is a 500, or a cut connection
-		withCORS(cfg.cors),                 // answers preflights: before the key and the limiter
+		withCORS(cfg.cors, api),            // answers preflights of the API's methods: before the key and the limiter
 		areaHeaders(cfg.petsDeprecation()), // before the limiter: a 429 carries them too
 		authenticate(keys),                 // resolves the key once; refuses nothing
 		limitRequests(lim, cfg.trustProxy, cfg.banHold, m, rt.routeOf), // before routing: a 429 comes even on an unknown path

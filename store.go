@@ -36,6 +36,27 @@ func isRefusal(err error) bool {
 
 // Store is the database as the rest of petstore sees it. Errors that a
 // retry may cure (a lock, a full disk, I/O) wrap errUnavailable.
+//
+// Every implementation keeps two rules about the catalog (categories, pets
+// and orders), and the code that relies on them and on what follows from
+// them points here; an operation that would break them (a DELETE route)
+// must first rework each of those places:
+//
+//   - Rows are never deleted or renamed. Once committed, a row keeps its id
+//     and what a reader sees of it for good: no operation deletes or
+//     changes one, and no migration may (migration 0007 dropped SQLite's
+//     AUTOINCREMENT on this rule; filling in a key no reader sees, as
+//     name_cmp, is no change).
+//   - Ids ascend. A row never becomes visible with an id lower than a
+//     visible row's (SQLite has one writer; PostgreSQL's creates take
+//     turns under lockCatalog until they commit), and no id a reader has
+//     seen is handed out again.
+//   - What follows: a list may assume that the rows up to the highest id it read are
+//     all there is up to that id, for good: rows read by ascending id in
+//     chunks, each on its own, add up to the list with every row once
+//     (inChunks); a full page after an id never changes and the list only
+//     grows (the category list cache, categories.go); and the highest
+//     visible id names the whole set (PostgreSQL's CategoriesGen).
 type Store interface {
 	// CreateCategory inserts c; fold is its name's uniqueness key, and the
 	// store adds compareName's (names.go). A name that folds or compares
@@ -178,9 +199,9 @@ const listChunk = 1000
 // inChunks calls fn with every row of a list, in ascending id order, that
 // read returns listChunk at a time: read returns the rows after an id, and
 // idOf gives a row's id. Each chunk is read whole before fn sees any of it.
-// Rows are never deleted, ids only grow, and no id becomes visible after a
-// higher one, so the chunks, each read on its own, add up to the list with
-// every row once, and perhaps rows created meanwhile at its end.
+// By the Store's rules (above), the chunks, each read on its own, add up to
+// the list with every row once, and perhaps rows created meanwhile at its
+// end.
 func inChunks[T any](read func(after int64) ([]T, error), idOf func(T) int64, fn func(T) error) error {
 	after := int64(0)
 	for {

@@ -3,8 +3,8 @@
 -- more page; without it a create ran 13% less CPU and 16% more creates a
 -- second (BENCHMARKS.md). Ids stay what they were, and no id a client has
 -- seen is handed out again: a new row gets the largest id + 1, and no
--- committed row of these tables is ever deleted. api_keys keeps
--- AUTOINCREMENT.
+-- committed row of these tables is ever deleted (the Store's rules, on the
+-- interface in store.go). api_keys keeps AUTOINCREMENT.
 --
 -- SQLite's way of changing a table's definition: a new table, the rows
 -- copied with their ids, the old one dropped, the new one renamed; with
