@@ -184,6 +184,7 @@ type pgLockConn struct {
 	sem   chan struct{}
 	conn  *pgx.Conn
 	gen   uint64      // which connection this is, counting from 1
+	shut  bool        // closeAll ran: no new connection is dialled
 	reset atomic.Bool // an unlock that could not run: close it before the next use
 }
 
@@ -327,6 +328,12 @@ func (l *pgIdemLocks) use(ctx context.Context, i int, fn func(context.Context, *
 	}
 	for {
 		fresh := c.conn == nil
+		if fresh && c.shut {
+			// A request that outlived the shutdown (its timeout closed
+			// its connection, not the handler) dials nothing that no one
+			// would close.
+			return 0, errClosing
+		}
 		if fresh {
 			conn, err := pgx.ConnectConfig(ctx, l.cfg)
 			if err != nil {
@@ -374,6 +381,7 @@ func (l *pgIdemLocks) closeAll() {
 		c := &l.conns[i]
 		c.sem <- struct{}{}
 		c.close()
+		c.shut = true
 		<-c.sem
 	}
 }

@@ -451,3 +451,34 @@ func TestPostgresIdempotencyHangUpKeepsOthersLocks(t *testing.T) {
 		t.Errorf("a's lock after its end: held by pid %d", got)
 	}
 }
+
+// TestPostgresIdempotencyLocksAfterClose: a keyed request that outlives
+// the store's Close (a handler still running after the shutdown timeout)
+// dials no new lock connection, which nothing would close: its lookup is
+// 503 unavailable.
+func TestPostgresIdempotencyLocksAfterClose(t *testing.T) {
+	db := postgresSchema(t, needPostgres(t))
+	s, err := openStore(context.Background(), db, storeOptions{migrate: true, now: time.Now, busy: defaultBusyTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := s.(*pgStore)
+	now := time.Now()
+	r := idemRequest{KeyID: 1, Key: "late", Owner: 1, Now: now, Since: now.Add(-time.Hour)}
+	if _, err := s.BeginIdempotent(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s.EndIdempotent(context.Background(), r)
+	r.Owner = 2
+	_, err = s.BeginIdempotent(context.Background(), r)
+	if !errors.Is(err, errUnavailable) {
+		t.Errorf("a keyed lookup after Close: %v, want unavailable", err)
+	}
+	for i := range ps.idemLocks.conns {
+		if c := &ps.idemLocks.conns[i]; c.conn != nil {
+			c.close()
+			t.Errorf("lock connection %d was dialled after Close", i)
+		}
+	}
+}
