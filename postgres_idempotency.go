@@ -184,6 +184,7 @@ type pgLockConn struct {
 	sem   chan struct{}
 	conn  *pgx.Conn
 	gen   uint64      // which connection this is, counting from 1
+	shut  bool        // closeAll ran: no new connection is dialled
 	reset atomic.Bool // an unlock that could not run: close it before the next use
 }
 
@@ -256,7 +257,7 @@ func (l *pgIdemLocks) begin(ctx context.Context, r idemRequest) (*idemAnswer, er
 	var fp, body []byte
 	var status *int32
 	var locked bool
-	gen, err := l.use(ctx, i, func(conn *pgx.Conn) error {
+	gen, err := l.use(ctx, i, func(ctx context.Context, conn *pgx.Conn) error {
 		return conn.QueryRow(ctx, pgBeginIdem, r.KeyID, r.Key, r.Since.UnixMicro(), key).Scan(&fp, &status, &body, &locked)
 	})
 	switch {
@@ -308,7 +309,7 @@ func (l *pgIdemLocks) end(ctx context.Context, r idemRequest) error {
 // returns that connection's gen. A connection that fails is closed; when
 // it was an old one that broke (while idle, or its session was ended: a
 // FATAL error), fn runs once more on a new one.
-func (l *pgIdemLocks) use(ctx context.Context, i int, fn func(*pgx.Conn) error) (uint64, error) {
+func (l *pgIdemLocks) use(ctx context.Context, i int, fn func(context.Context, *pgx.Conn) error) (uint64, error) {
 	c := &l.conns[i]
 	select {
 	case c.sem <- struct{}{}:
@@ -316,11 +317,23 @@ func (l *pgIdemLocks) use(ctx context.Context, i int, fn func(*pgx.Conn) error) 
 		return 0, ctx.Err()
 	}
 	defer func() { <-c.sem }()
+	// From here on, the caller's hang-up no longer counts, its deadline
+	// does: a statement broken off would end the session (pgx closes a
+	// connection whose context ends mid-statement), and with it the locks
+	// of every other request on this connection.
+	ctx, cancel := detached(ctx)
+	defer cancel()
 	if c.reset.Swap(false) {
 		c.close()
 	}
 	for {
 		fresh := c.conn == nil
+		if fresh && c.shut {
+			// A request that outlived the shutdown (its timeout closed
+			// its connection, not the handler) dials nothing that no one
+			// would close.
+			return 0, errClosing
+		}
 		if fresh {
 			conn, err := pgx.ConnectConfig(ctx, l.cfg)
 			if err != nil {
@@ -329,7 +342,7 @@ func (l *pgIdemLocks) use(ctx context.Context, i int, fn func(*pgx.Conn) error) 
 			c.conn = conn
 			c.gen++
 		}
-		err := fn(c.conn)
+		err := fn(ctx, c.conn)
 		if err == nil {
 			return c.gen, nil
 		}
@@ -340,6 +353,14 @@ func (l *pgIdemLocks) use(ctx context.Context, i int, fn func(*pgx.Conn) error) 
 			return 0, err // a statement's error would come again
 		}
 	}
+}
+
+// detached is ctx without its cancellation but with its deadline.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(context.WithoutCancel(ctx), d)
+	}
+	return context.WithCancel(context.WithoutCancel(ctx))
 }
 
 // close ends the connection, and so its session and every lock in it;
@@ -360,6 +381,7 @@ func (l *pgIdemLocks) closeAll() {
 		c := &l.conns[i]
 		c.sem <- struct{}{}
 		c.close()
+		c.shut = true
 		<-c.sem
 	}
 }

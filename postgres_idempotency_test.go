@@ -9,6 +9,7 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"sync"
@@ -334,4 +335,150 @@ func TestPostgresIdempotencyLockConnectionsBreak(t *testing.T) {
 		}
 	}
 	t.Logf("%d keyed creates, %d lock sessions ended in 5 cuts, %d answered 503, %d resent", writers*perWriter, cuts, unavailable, resent)
+}
+
+// pgIdemLockHolder returns the pid of the session that holds the advisory
+// lock of an Idempotency-Key of the schema in db's search_path, or 0.
+func pgIdemLockHolder(t *testing.T, conn *pgx.Conn, db string, keyID int64, key string) int32 {
+	t.Helper()
+	lock := pgIdemLockKey(mustSearchPath(t, db), keyID, key)
+	var pid int32
+	err := conn.QueryRow(context.Background(), `SELECT coalesce(max(pid), 0) FROM pg_locks WHERE locktype = 'advisory' AND granted
+		AND objsubid = 1 AND ((classid::int8 << 32) | objid::int8) = $1`, lock).Scan(&pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// TestPostgresIdempotencyHangUpKeepsOthersLocks: a client that hangs up
+// while its lookup runs on a lock connection ends its own request, not
+// the session that holds other requests' locks. Request a holds its lock;
+// request b, whose key's hash picks a's connection, waits in its lookup
+// (the test holds the idempotency table) and its client hangs up: a's lock
+// is still held by the same session afterwards, so that the same key on
+// another instance is still 409 in use while a runs.
+func TestPostgresIdempotencyHangUpKeepsOthersLocks(t *testing.T) {
+	db := postgresSchema(t, needPostgres(t))
+	s := openTestStore(t, db).(*pgStore)
+	watch := pmConnect(t, db)
+	ctx := context.Background()
+	req := func(key string, owner int64) idemRequest {
+		now := time.Now()
+		return idemRequest{KeyID: 1, Key: key, Owner: owner, Now: now, Since: now.Add(-time.Hour)}
+	}
+	conn := func(key string) uint64 { return uint64(pgIdemLockKey(s.idemLocks.schema, 1, key)) % pgIdemLockConns }
+	bKey := ""
+	for n := 0; bKey == ""; n++ {
+		if k := fmt.Sprintf("b%d", n); conn(k) == conn("a") {
+			bKey = k
+		}
+	}
+	a, b := req("a", 1), req(bKey, 2)
+	if ans, err := s.BeginIdempotent(ctx, a); err != nil || ans != nil {
+		t.Fatalf("begin a: %v %v", ans, err)
+	}
+	holder := pgIdemLockHolder(t, watch, db, 1, "a")
+	if holder == 0 {
+		t.Fatal("a's lock is not held")
+	}
+
+	hold := pmConnect(t, db)
+	tx, err := hold.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "LOCK TABLE idempotency IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	bctx, hangUp := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.BeginIdempotent(bctx, b)
+		done <- err
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var waiting bool
+		if err := watch.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted)", holder).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b's lookup did not wait for the table within 5s")
+		}
+	}
+	hangUp()
+	// Give the hang-up time to reach b's statement (on a binary that
+	// breaks it off, it does within microseconds); too short a wait could
+	// only let such a binary pass, never fail a good one.
+	time.Sleep(50 * time.Millisecond)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Logf("b: %v", err)
+	} else {
+		s.EndIdempotent(ctx, b)
+	}
+	// b's statement has ended, one way or the other: its session is idle
+	// or gone.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var active bool
+		if err := watch.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state <> 'idle')", holder).Scan(&active); err != nil {
+			t.Fatal(err)
+		}
+		if !active {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b's lookup still runs 5s after the table was let go")
+		}
+	}
+	if got := pgIdemLockHolder(t, watch, db, 1, "a"); got != holder {
+		t.Fatalf("a's lock after another client hung up during its lookup: held by pid %d, want %d still: the hang-up ended the session of a running request's lock", got, holder)
+	}
+	other := openTestStore(t, db)
+	if _, err := other.BeginIdempotent(ctx, req("a", 3)); !errors.Is(err, errInFlight) {
+		t.Errorf("a on another instance while a runs: %v, want errInFlight", err)
+	}
+	if err := s.EndIdempotent(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if got := pgIdemLockHolder(t, watch, db, 1, "a"); got != 0 {
+		t.Errorf("a's lock after its end: held by pid %d", got)
+	}
+}
+
+// TestPostgresIdempotencyLocksAfterClose: a keyed request that outlives
+// the store's Close (a handler still running after the shutdown timeout)
+// dials no new lock connection, which nothing would close: its lookup is
+// 503 unavailable.
+func TestPostgresIdempotencyLocksAfterClose(t *testing.T) {
+	db := postgresSchema(t, needPostgres(t))
+	s, err := openStore(context.Background(), db, storeOptions{migrate: true, now: time.Now, busy: defaultBusyTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := s.(*pgStore)
+	now := time.Now()
+	r := idemRequest{KeyID: 1, Key: "late", Owner: 1, Now: now, Since: now.Add(-time.Hour)}
+	if _, err := s.BeginIdempotent(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s.EndIdempotent(context.Background(), r)
+	r.Owner = 2
+	_, err = s.BeginIdempotent(context.Background(), r)
+	if !errors.Is(err, errUnavailable) {
+		t.Errorf("a keyed lookup after Close: %v, want unavailable", err)
+	}
+	for i := range ps.idemLocks.conns {
+		if c := &ps.idemLocks.conns[i]; c.conn != nil {
+			c.close()
+			t.Errorf("lock connection %d was dialled after Close", i)
+		}
+	}
 }
