@@ -83,11 +83,23 @@ func compareUnicode(name string) string {
 	// grapheme joiner) would keep NFKC from ordering them, and removing
 	// it after would leave a string that is not normalized.
 	s := strings.Map(dropIgnorable, name)
-	s = norm.NFKC.String(cases.Fold().String(norm.NFKC.String(s)))
+	s = norm.NFKC.String(strings.Map(cherokeeUpper, cases.Fold().String(norm.NFKC.String(s))))
 	// NFKC can make an ignorable of one (U+FFA0 HALFWIDTH HANGUL FILLER
 	// is U+3164 HANGUL FILLER); none seen by the fuzzer survives, but the
 	// key must not hold one.
 	return strings.Map(dropIgnorable, s)
+}
+
+// cherokeeUpper maps a small Cherokee letter to its capital, as Unicode's
+// CaseFolding.txt folds them (Cherokee was cased capital-first). x/text's
+// cases.Fold swaps the two cases instead (U+13A0 to U+AB70 and U+AB70 to
+// U+13A0), so without this a Cherokee name and its other case would
+// compare apart, and compareName would not be idempotent.
+func cherokeeUpper(r rune) rune {
+	if r >= 0xAB70 && r <= 0xABBF || r >= 0x13F8 && r <= 0x13FD {
+		return unicode.ToUpper(r)
+	}
+	return r
 }
 
 func dropIgnorable(r rune) rune {

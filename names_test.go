@@ -299,10 +299,18 @@ func TestCompareName(t *testing.T) {
 		{"dog", "DOG"}, {"dog", "ｄｏｇ"}, {"dog", "ＤＯＧ"}, {"Straße", "STRASSE"}, {"ÉCOLE", "e\u0301cole"},
 		{"fish", "ﬁsh"}, {"❤️ pets", "❤ pets"}, {"👨\u200d👩\u200d👧", "👨👩👧"}, {"dog", "dog\u200b"},
 		{"dog", "d\u00adog"}, {"dog", "\u202edog"}, {"Σίσυφος", "ΣΊΣΥΦΟΣ"}, {"K", "\u212a"}, {"x²", "x2"},
+		// Cherokee, which x/text's Fold swaps case for case: folded to the
+		// capitals, as CaseFolding.txt does.
+		{"\u13a0\u13f5", "\uab70\u13fd"}, {"\u13f0", "\u13f8"},
 	}
 	for _, p := range same {
 		if a, b := compareName(p[0]), compareName(p[1]); a != b {
 			t.Errorf("compareName(%+q) = %+q, compareName(%+q) = %+q; want equal", p[0], a, p[1], b)
+		}
+	}
+	for r := rune(0x13a0); r <= 0xabbf; r++ {
+		if s := string(r); compareName(compareName(s)) != compareName(s) {
+			t.Errorf("compareName is not idempotent on %+q: %+q, then %+q", s, compareName(s), compareName(compareName(s)))
 		}
 	}
 	for _, p := range [][2]string{{"Dog", "Dogs"}, {"cote", "côte"}, {"🐶", "🐱"}} {

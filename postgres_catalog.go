@@ -283,12 +283,23 @@ func (s *pgStore) fillNameChunk(ctx context.Context, after int64) (done bool, la
 		}
 		return true, max(after, last), err
 	}
-	b := &pgx.Batch{}
+	// One statement for the chunk: its NOT EXISTS sees the keys stored
+	// before it, not those it sets, so of the chunk's rows that share a
+	// key only the first (in id order) is given it here, as a statement a
+	// row would have done. A statement a row cost about 60 us.
+	ids := make([]int64, 0, len(chunk))
+	keys := make([]string, 0, len(chunk))
+	seen := make(map[string]bool, len(chunk))
 	for _, u := range chunk {
-		b.Queue(`UPDATE categories SET name_cmp = $2 WHERE id = $1
-			AND NOT EXISTS (SELECT 1 FROM categories WHERE name_cmp = $2)`, u.ID, compareName(u.Name))
+		if k := compareName(u.Name); !seen[k] {
+			seen[k] = true
+			ids = append(ids, u.ID)
+			keys = append(keys, k)
+		}
 	}
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	if _, err := tx.Exec(ctx, `UPDATE categories c SET name_cmp = u.cmp
+		FROM unnest($1::bigint[], $2::text[]) AS u(id, cmp)
+		WHERE c.id = u.id AND NOT EXISTS (SELECT 1 FROM categories h WHERE h.name_cmp = u.cmp)`, ids, keys); err != nil {
 		return false, after, err
 	}
 	return false, chunk[len(chunk)-1].ID, tx.Commit(ctx)

@@ -82,6 +82,12 @@ func (s *sqliteStore) fillNameCmp(ctx context.Context) error {
 		id   int64
 		name string
 	}
+	fill, err := tx.PrepareContext(ctx, `UPDATE categories SET name_cmp = ?2 WHERE id = ?1
+		AND NOT EXISTS (SELECT 1 FROM categories WHERE name_cmp = ?2)`)
+	if err != nil {
+		return fmt.Errorf("fill name keys: %w", describe(err))
+	}
+	defer fill.Close()
 	for after := int64(0); ; {
 		var chunk []unfilled
 		rows, err := tx.QueryContext(ctx, "SELECT id, name FROM categories WHERE name_cmp IS NULL AND id > ? ORDER BY id LIMIT ?", after, listChunk)
@@ -103,8 +109,7 @@ func (s *sqliteStore) fillNameCmp(ctx context.Context) error {
 			break
 		}
 		for _, u := range chunk {
-			if _, err := tx.ExecContext(ctx, `UPDATE categories SET name_cmp = ?2 WHERE id = ?1
-				AND NOT EXISTS (SELECT 1 FROM categories WHERE name_cmp = ?2)`, u.id, compareName(u.name)); err != nil {
+			if _, err := fill.ExecContext(ctx, u.id, compareName(u.name)); err != nil {
 				return fmt.Errorf("fill name keys: %w", describe(err))
 			}
 		}
