@@ -163,7 +163,7 @@ func (rm *routeMetrics) status(set *vm.Set, route string, status int) *vm.Counte
 }
 
 // routeLabel is the label value of a route pattern; requests that matched
-// none (404, 405, 429 before routing) share "unmatched".
+// none (404, 405, and a 429 on a path no route takes) share "unmatched".
 func routeLabel(route string) string {
 	if route == "" {
 		return "unmatched"

@@ -263,6 +263,7 @@ func openPostgres(ctx context.Context, db string, o storeOptions) (*pgStore, err
 	s.group = newGroupCommitter(s.commitBatch)
 	if o.migrate {
 		if err := s.fillNameCmp(ctx); err != nil {
+			s.group.close()
 			pool.Close()
 			return nil, err
 		}

@@ -292,6 +292,17 @@ func (l *pgIdemLocks) end(ctx context.Context, r idemRequest) error {
 	case c.sem <- struct{}{}:
 	case <-ctx.Done():
 		c.reset.Store(true)
+		// Nothing may use this connection again for long (an idle
+		// instance), and till then the key would be in use on every
+		// instance: close it as soon as it is free, unless something
+		// used (and so reset) it first.
+		go func() {
+			c.sem <- struct{}{}
+			defer func() { <-c.sem }()
+			if c.gen == h.gen && c.reset.Swap(false) {
+				c.close()
+			}
+		}()
 		return fmt.Errorf("%w: unlock an idempotency key: %w", errUnavailable, ctx.Err())
 	}
 	defer func() { <-c.sem }()

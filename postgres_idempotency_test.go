@@ -482,3 +482,42 @@ func TestPostgresIdempotencyLocksAfterClose(t *testing.T) {
 		}
 	}
 }
+
+// TestPostgresIdempotencyUnlockLateStillFrees: an unlock that could not
+// wait for its connection (busy past its deadline) must not leave the key
+// locked until something uses that connection again: on an idle instance
+// that would be never, and every instance would answer 409 in use.
+func TestPostgresIdempotencyUnlockLateStillFrees(t *testing.T) {
+	db := postgresSchema(t, needPostgres(t))
+	s, err := openStore(context.Background(), db, storeOptions{migrate: true, now: time.Now, busy: defaultBusyTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ps := s.(*pgStore)
+	now := time.Now()
+	r := idemRequest{KeyID: 1, Key: "late-unlock", Owner: 1, Now: now, Since: now.Add(-time.Hour)}
+	if _, err := s.BeginIdempotent(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	watch := pmConnect(t, db)
+	if !pgIdemLockHeld(t, watch, db, r.KeyID, r.Key) {
+		t.Fatal("the lock was not taken")
+	}
+	c := &ps.idemLocks.conns[ps.idemLocks.held[r.Owner].conn]
+	c.sem <- struct{}{} // another request holds the connection
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	err = s.EndIdempotent(ctx, r)
+	cancel()
+	if !errors.Is(err, errUnavailable) {
+		t.Fatalf("an unlock that could not get its connection: %v, want unavailable", err)
+	}
+	<-c.sem // that request ends; nothing else comes
+	deadline := time.Now().Add(5 * time.Second)
+	for pgIdemLockHeld(t, watch, db, r.KeyID, r.Key) {
+		if time.Now().After(deadline) {
+			t.Fatal("the key is still locked 5 s after its connection became free")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
