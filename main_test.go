@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,304 +53,6 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "petstore tests: not set, so the tests that need them skip: %s; see the README's Quick start\n", strings.Join(unset, ", "))
 	}
 	os.Exit(m.Run())
-}
-
-// testStore opens the database at path (migrating it when migrateUp is
-// set) and closes it when the test ends.
-func testStore(tb testing.TB, path string, migrateUp bool) *sqliteStore {
-	tb.Helper()
-	s, err := openSQLite(context.Background(), path, migrateUp, time.Now, defaultBusyTimeout)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { s.Close() })
-	return s
-}
-
-// syncBuffer is a bytes.Buffer safe for a server writing and a test reading.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func envFrom(m map[string]string) func(string) string {
-	return func(k string) string { return m[k] }
-}
-
-// runCLI runs one petstore command to completion and returns its output.
-func runCLI(t *testing.T, env map[string]string, args ...string) (stdout, stderr string, err error) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err = run(ctx, args, envFrom(env), &out, &errOut)
-	return out.String(), errOut.String(), err
-}
-
-// createKey makes a key with the keys command and returns the secret.
-func createKey(t *testing.T, db string, args ...string) string {
-	t.Helper()
-	out, errOut, err := runCLI(t, nil, append([]string{"keys", "create", "--db", db}, args...)...)
-	if err != nil {
-		t.Fatalf("keys create: %v\n%s", err, errOut)
-	}
-	return strings.TrimSpace(out)
-}
-
-type testServer struct {
-	client *http.Client // checks every exchange against the OpenAPI document
-	base   string
-	admin  string // base URL of the admin listener
-	db     string
-	key    string
-	stderr *syncBuffer
-	stop   func()
-}
-
-var (
-	listeningRE = regexp.MustCompile(`msg=listening addr=(\S+)|"msg":"listening","addr":"([^"]+)"`)
-	adminRE     = regexp.MustCompile(`msg=listening .*admin_addr=(\S+)|"msg":"listening".*"admin_addr":"([^"]+)"`)
-)
-
-// logAddr returns the address that re's first match in log names, or "".
-func logAddr(re *regexp.Regexp, log string) string {
-	m := re.FindStringSubmatch(log)
-	if m == nil {
-		return ""
-	}
-	return m[1] + m[2]
-}
-
-// testRedisPrefixes holds the Redis key prefix of each database a test
-// server ran on, so that servers on one database share their limits, as
-// instances of one deployment do, and a restarted one finds them again.
-var testRedisPrefixes sync.Map
-
-// testRedisArgs returns the flags that put a test server's rate limits in
-// Redis when PETSTORE_TEST_REDIS is set (under a prefix of the database's
-// own), and none when it is not. The timeout is wide: under the race
-// detector, with tests in parallel, 50 ms is not always enough, and a test
-// that fell back to local limits would count differently.
-func testRedisArgs(t *testing.T, db string) []string {
-	t.Helper()
-	if os.Getenv(redisEnv) == "" {
-		return nil
-	}
-	u := needRedis(t)
-	prefix, ok := testRedisPrefixes.Load(db)
-	if !ok {
-		prefix, _ = testRedisPrefixes.LoadOrStore(db, redisTestPrefix(t, u))
-	}
-	return []string{"--redis", u, "--redis-prefix", prefix.(string), "--redis-timeout", "5s"}
-}
-
-// startServer runs "petstore serve" through run on a random loopback port
-// with a fresh database (testDB: SQLite, or PostgreSQL when
-// PETSTORE_TEST_POSTGRES is set; limits in Redis when PETSTORE_TEST_REDIS
-// is) and a business key, and waits until it answers /healthz.
-func startServer(t *testing.T, args ...string) *testServer {
-	t.Helper()
-	db := testDB(t)
-	key := createKey(t, db, "--plan", "business", "--name", "test")
-	return startServerOn(t, db, key, args...)
-}
-
-func startServerOn(t *testing.T, db, key string, args ...string) *testServer {
-	t.Helper()
-	return startServerIn(t, context.Background(), db, key, args...)
-}
-
-// startServerIn is startServerOn with run's context derived from parent,
-// which may carry a clock (clockKey).
-func startServerIn(t *testing.T, parent context.Context, db, key string, args ...string) *testServer {
-	t.Helper()
-	ctx, cancel := context.WithCancel(parent)
-	stderr := &syncBuffer{}
-	done := make(chan error, 1)
-	// --ban-hold 0: a banned key's requests answer at once, so that tests of
-	// bans do not wait 100 ms a request; TestBannedKeyWaits sets its own.
-	all := append([]string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--db", db, "--ban-hold", "0"}, testRedisArgs(t, db)...)
-	all = append(all, args...) // after ours: a test's own --redis wins
-	go func() { done <- run(ctx, all, envFrom(nil), io.Discard, stderr) }()
-	ts := &testServer{db: db, key: key, stderr: stderr}
-	ts.client = contractClient(t, args)
-	var once sync.Once
-	ts.stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("serve returned %v", err)
-				}
-			case <-time.After(15 * time.Second):
-				t.Errorf("serve did not stop within 15s")
-			}
-		})
-	}
-	t.Cleanup(func() {
-		ts.stop()
-		if t.Failed() {
-			t.Logf("server log:\n%s", stderr.String())
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for ts.base == "" {
-		if addr := logAddr(listeningRE, stderr.String()); addr != "" {
-			ts.base = "http://" + addr
-			if admin := logAddr(adminRE, stderr.String()); admin != "" {
-				ts.admin = "http://" + admin
-			}
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("serve exited early: %v\n%s", err, stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server did not start within 10s:\n%s", stderr.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	for {
-		resp, err := ts.client.Get(ts.base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return ts
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/healthz not ready within 10s: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// contractClient returns a client whose every exchange is checked against
-// the OpenAPI document that a server started with args serves; the test
-// fails at its end for each problem found.
-func contractClient(t *testing.T, args []string) *http.Client {
-	t.Helper()
-	publicURL, env := "http://localhost:8080/v1", "production"
-	for i := 0; i+1 < len(args); i++ {
-		switch args[i] {
-		case "--public-url":
-			publicURL = strings.TrimRight(args[i+1], "/") // as serve takes it
-		case "--env":
-			env = args[i+1]
-		}
-	}
-	doc, err := openAPIDocument(publicURL, env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := contractFor(t, doc)
-	ct := &checkingTransport{base: &http.Transport{MaxIdleConnsPerHost: 16}, contract: func() *contract { return c }}
-	t.Cleanup(func() { ct.report(t) })
-	return &http.Client{Transport: ct}
-}
-
-type response struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
-// do sends one request; key "" sends no Authorization header, and a body
-// is sent as application/json unless header overrides it.
-func (ts *testServer) do(t *testing.T, method, path, key, body string, header ...string) response {
-	t.Helper()
-	r, err := ts.send(method, path, key, body, header...)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	return r
-}
-
-// send is do without the test: it returns what failed, for goroutines
-// other than the test's, where t.Fatal must not be called.
-func (ts *testServer) send(method, path, key, body string, header ...string) (response, error) {
-	return ts.sendVia(ts.client, method, path, key, body, header...)
-}
-
-// sendVia is send through client.
-func (ts *testServer) sendVia(client *http.Client, method, path, key, body string, header ...string) (response, error) {
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, ts.base+path, rd)
-	if err != nil {
-		return response{}, err
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	set := map[string]bool{} // a name given twice is sent as two lines
-	for i := 0; i+1 < len(header); i += 2 {
-		if set[header[i]] {
-			req.Header.Add(header[i], header[i+1])
-		} else {
-			req.Header.Set(header[i], header[i+1])
-			set[header[i]] = true
-		}
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return response{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return response{}, fmt.Errorf("read body: %w", err)
-	}
-	return response{status: resp.StatusCode, header: resp.Header, body: b}, nil
-}
-
-// wantError checks that r is a JSON Error with the given status and code.
-func wantError(t *testing.T, r response, status int, code string) {
-	t.Helper()
-	if r.status != status {
-		t.Fatalf("status = %d, want %d; body %s", r.status, status, r.body)
-	}
-	if ct := r.header.Get("Content-Type"); ct != "application/json" {
-		t.Errorf("Content-Type = %q, want application/json", ct)
-	}
-	var e apiError
-	dec := json.NewDecoder(bytes.NewReader(r.body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&e); err != nil {
-		t.Fatalf("body %q is not an Error: %v", r.body, err)
-	}
-	if e.Status != status || e.Code != code || e.Message == "" {
-		t.Errorf("error = %+v, want status %d code %q and a message", e, status, code)
-	}
-}
-
-func decode[T any](t *testing.T, r response) T {
-	t.Helper()
-	var v T
-	if err := json.Unmarshal(r.body, &v); err != nil {
-		t.Fatalf("decode %q: %v", r.body, err)
-	}
-	return v
 }
 
 func TestCategoriesCreateAndList(t *testing.T) {
@@ -559,38 +262,6 @@ func TestKeyChangesReachRunningServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitStatus(t, ts, fresh, 401)
-}
-
-// clearOfMidnight waits, if the next 00:00 UTC is less than span away, until
-// it has passed, so that a test which counts requests for today and takes
-// less than span starts and ends on the same day. The server's day follows
-// the wall clock, which a test in another process cannot inject; the wait is
-// bounded by span and happens only in the last span of a day.
-func clearOfMidnight(t *testing.T, span time.Duration) {
-	t.Helper()
-	now := time.Now().UTC()
-	midnight := now.Truncate(24 * time.Hour).Add(24 * time.Hour)
-	if left := midnight.Sub(now); left < span {
-		t.Logf("waiting %v for 00:00 UTC to pass", left.Round(time.Millisecond))
-		time.Sleep(left + 100*time.Millisecond)
-	}
-}
-
-// waitStatus polls GET /v1/categories with key until it answers want, and
-// fails if that takes more than the 2 seconds that DECISIONS.md allows.
-func waitStatus(t *testing.T, ts *testServer, key string, want int) {
-	t.Helper()
-	start := time.Now()
-	for {
-		r := ts.do(t, "GET", "/v1/categories", key, "")
-		if r.status == want {
-			return
-		}
-		if time.Since(start) > 2*time.Second {
-			t.Fatalf("status still %d after %v, want %d", r.status, time.Since(start), want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func TestRoutingErrors(t *testing.T) {
@@ -1068,4 +739,24 @@ func TestListReadOnceAfterWrite(t *testing.T) {
 			t.Errorf("ETags differ: %q, %q", e, etags[0])
 		}
 	}
+}
+
+// lockDatabase is what this test binary does when TestMain finds
+// PETSTORE_TEST_LOCK: it takes the write lock of that database, says
+// "locked" on stdout, and holds the lock until stdin closes.
+func lockDatabase(path string) {
+	db, err := sql.Open("sqlite", dsn(path, false, time.Second))
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	tx, err := db.Begin() // _txlock=immediate: takes the write lock now
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	fmt.Println("locked")
+	io.Copy(io.Discard, os.Stdin)
+	tx.Rollback()
+	os.Exit(0)
 }

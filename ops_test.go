@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,79 +12,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
-
-// serverProcess is the real program running in a process of its own.
-type serverProcess struct {
-	cmd    *exec.Cmd
-	addr   string
-	stderr *syncBuffer
-	exited chan error
-}
-
-// startProcess runs "petstore serve" in a new process (this test binary,
-// which TestMain turns into main) and waits until it listens.
-func startProcess(t *testing.T, db string, args ...string) *serverProcess {
-	t.Helper()
-	all := append([]string{"serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-addr", "off"}, args...)
-	cmd := exec.Command(os.Args[0], all...)
-	cmd.Env = append(os.Environ(), "PETSTORE_TEST_MAIN=1")
-	pipe, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &serverProcess{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pipe)
-		for sc.Scan() {
-			fmt.Fprintln(p.stderr, sc.Text())
-			if a := logAddr(listeningRE, sc.Text()); a != "" {
-				addr <- a
-			}
-		}
-		p.exited <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("server process log:\n%s", p.stderr.String())
-		}
-	})
-	select {
-	case p.addr = <-addr:
-	case err := <-p.exited:
-		t.Fatalf("the server process exited: %v\n%s", err, p.stderr.String())
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the server process did not start within 10s:\n%s", p.stderr.String())
-	}
-	return p
-}
-
-// wait waits for the process to exit and returns its exit code.
-func (p *serverProcess) wait(t *testing.T, within time.Duration) int {
-	t.Helper()
-	select {
-	case err := <-p.exited:
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return ee.ExitCode()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return 0
-	case <-time.After(within):
-		t.Fatalf("the server process did not exit within %v", within)
-		return -1
-	}
-}
 
 // heldCreate is a create whose body is not sent yet: with "Expect:
 // 100-continue" the server says when its handler waits for the body, so the
@@ -126,25 +55,6 @@ func (h *heldCreate) finish(t *testing.T) (int, string) {
 	got, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode, string(got)
-}
-
-// terminate sends SIGTERM and waits until the listener is closed: the
-// server is then draining.
-func (p *serverProcess) terminate(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		c, err := net.Dial("tcp", p.addr)
-		if err != nil {
-			return
-		}
-		c.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("the server still accepts connections 5s after SIGTERM")
-		}
-	}
 }
 
 // TestDrainKeepsLogging checks that the log is still written out while the
