@@ -668,3 +668,47 @@ func (p *serverProcess) terminate(t *testing.T) {
 		}
 	}
 }
+
+// testClock is the tests' one injected clock, for a server (through
+// context) or a limiter (through now). Until set is called it follows the
+// real clock, moved by add: the idempotency tests age answers so. Once set,
+// it stands at that moment and moves only by set and add: the limiter and
+// key expiry tests need a moment that does not drift.
+type testClock struct {
+	mu     sync.Mutex
+	pinned bool
+	at     time.Time     // the moment set, moved by add
+	offset time.Duration // added to the real clock until set
+}
+
+func (c *testClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pinned {
+		return c.at
+	}
+	return time.Now().Add(c.offset)
+}
+
+func (c *testClock) set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pinned, c.at = true, t
+}
+
+func (c *testClock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pinned {
+		c.at = c.at.Add(d)
+	} else {
+		c.offset += d
+	}
+}
+
+func (c *testClock) addSeconds(s int64) { c.add(time.Duration(s) * time.Second) }
+
+// context carries the clock to run, which serves with it.
+func (c *testClock) context() context.Context {
+	return context.WithValue(context.Background(), clockKey{}, c.now)
+}

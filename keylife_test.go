@@ -7,20 +7,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 )
-
-// setClock is a server's clock that a test sets to a moment: the keyring
-// checks expiry on it.
-type setClock struct{ at atomic.Pointer[time.Time] }
-
-func (c *setClock) set(t time.Time) { c.at.Store(&t) }
-func (c *setClock) now() time.Time  { return *c.at.Load() }
-func (c *setClock) context() context.Context {
-	return context.WithValue(context.Background(), clockKey{}, c.now)
-}
 
 // createKeyJSON runs keys create --json with args and returns what it
 // printed.
@@ -127,7 +116,7 @@ func TestKeyExpiresAtItsMoment(t *testing.T) {
 	db := testDB(t)
 	expiry := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
 	v := createKeyJSON(t, db, "--plan", "free", "--expires", expiry.Format(time.RFC3339))
-	clock := &setClock{}
+	clock := &testClock{}
 	clock.set(expiry.Add(-time.Nanosecond))
 	ts := startServerIn(t, clock.context(), db, v.Key)
 	if r := ts.do(t, "GET", "/v1/categories", v.Key, ""); r.status != 200 {
@@ -272,7 +261,7 @@ func TestKeysRotate(t *testing.T) {
 		t.Errorf("the third key replaces %v, want %d", got, bID)
 	}
 
-	clock := &setClock{}
+	clock := &testClock{}
 	clock.set(start)
 	ts := startServerIn(t, clock.context(), db, c.Key)
 	for _, k := range []string{a.Key, bKey, c.Key} {

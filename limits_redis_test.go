@@ -22,7 +22,7 @@ import (
 
 // newRedisLimTest returns a Redis limiter and, beside it, an in-process
 // limiter of the same configuration, both on one injected clock.
-func newRedisLimTest(t *testing.T, cfg limiterConfig) (*redisLimiter, *limiter, *limTestClock) {
+func newRedisLimTest(t *testing.T, cfg limiterConfig) (*redisLimiter, *limiter, *testClock) {
 	t.Helper()
 	u := needRedis(t)
 	ref, c := newLimTest(t, cfg)

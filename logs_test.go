@@ -529,7 +529,7 @@ func TestFloodLogIsSampled(t *testing.T) {
 // and every line of the valid key's answers is there.
 func TestLogFloodIsBounded(t *testing.T) {
 	const origin = "https://app.example"
-	clock := &setClock{}
+	clock := &testClock{}
 	start := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	clock.set(start)
 	db := testDB(t)
