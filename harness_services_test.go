@@ -330,26 +330,11 @@ func pmCloseIdleFirst(t *testing.T, servers []*testServer) {
 	})
 }
 
-// pmKey creates a key with keys create --json and returns its id and
-// secret.
-func pmKey(t *testing.T, db string, args ...string) (int64, string) {
-	t.Helper()
-	out := createKey(t, db, append([]string{"--json"}, args...)...)
-	var v struct {
-		ID  int64  `json:"id"`
-		Key string `json:"key"`
-	}
-	if err := json.Unmarshal([]byte(out), &v); err != nil || v.ID == 0 || v.Key == "" {
-		t.Fatalf("keys create --json printed %q: %v", out, err)
-	}
-	return v.ID, v.Key
-}
-
 // pmBigKey creates an enterprise key whose limits no test here comes near,
 // so that the minute buckets (one per instance) never get in the way.
 func pmBigKey(t *testing.T, db string) string {
 	t.Helper()
-	_, key := pmKey(t, db, "--plan", "enterprise", "--rpm", "10000000", "--rpd", "1000000000", "--name", "big")
+	key := createKeyJSON(t, db, "--plan", "enterprise", "--rpm", "10000000", "--rpd", "1000000000", "--name", "big").Key
 	return key
 }
 

@@ -74,11 +74,7 @@ func runCLI(t *testing.T, env map[string]string, args ...string) (stdout, stderr
 // createKey makes a key with the keys command and returns the secret.
 func createKey(t *testing.T, db string, args ...string) string {
 	t.Helper()
-	out, errOut, err := runCLI(t, nil, append([]string{"keys", "create", "--db", db}, args...)...)
-	if err != nil {
-		t.Fatalf("keys create: %v\n%s", err, errOut)
-	}
-	return strings.TrimSpace(out)
+	return createKeyJSON(t, db, args...).Key
 }
 
 type testServer struct {
@@ -711,4 +707,19 @@ func (c *testClock) addSeconds(s int64) { c.add(time.Duration(s) * time.Second) 
 // context carries the clock to run, which serves with it.
 func (c *testClock) context() context.Context {
 	return context.WithValue(context.Background(), clockKey{}, c.now)
+}
+
+// createKeyJSON runs keys create --json with args and returns what it
+// printed.
+func createKeyJSON(t *testing.T, db string, args ...string) keyView {
+	t.Helper()
+	out, _, err := runCLI(t, nil, append([]string{"keys", "create", "--db", db, "--json"}, args...)...)
+	if err != nil {
+		t.Fatalf("keys create %v: %v", args, err)
+	}
+	var v keyView
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("keys create --json printed %q: %v", out, err)
+	}
+	return v
 }

@@ -11,21 +11,6 @@ import (
 	"time"
 )
 
-// createKeyJSON runs keys create --json with args and returns what it
-// printed.
-func createKeyJSON(t *testing.T, db string, args ...string) keyView {
-	t.Helper()
-	out, _, err := runCLI(t, nil, append([]string{"keys", "create", "--db", db, "--json"}, args...)...)
-	if err != nil {
-		t.Fatalf("keys create %v: %v", args, err)
-	}
-	var v keyView
-	if err := json.Unmarshal([]byte(out), &v); err != nil {
-		t.Fatalf("keys create --json printed %q: %v", out, err)
-	}
-	return v
-}
-
 func listKeysJSON(t *testing.T, db string) map[int64]map[string]any {
 	t.Helper()
 	out, _, err := runCLI(t, nil, "keys", "list", "--db", db, "--json")

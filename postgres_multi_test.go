@@ -367,7 +367,8 @@ func TestPostgresKeyRevokedEverywhere(t *testing.T) {
 	t.Parallel()
 	base := needPostgres(t)
 	db := postgresSchema(t, base)
-	oldID, old := pmKey(t, db, "--plan", "business", "--name", "old")
+	k1 := createKeyJSON(t, db, "--plan", "business", "--name", "old")
+	oldID, old := k1.ID, k1.Key
 	// Keys that do not work count against the client address: lift that
 	// limit, which is not what is tested here.
 	ts := pmStart(t, db, old, 3, "--anon-rpm", "100000")
@@ -377,7 +378,8 @@ func TestPostgresKeyRevokedEverywhere(t *testing.T) {
 		}
 	}
 
-	newID, fresh := pmKey(t, db, "--plan", "business", "--name", "fresh")
+	k2 := createKeyJSON(t, db, "--plan", "business", "--name", "fresh")
+	newID, fresh := k2.ID, k2.Key
 	pmWaitAll(t, ts, fresh, 200, time.Now(), "key created while the instances run")
 
 	out, errOut, err := runCLI(t, nil, "keys", "revoke", fmt.Sprint(oldID), "--db", db)
@@ -425,9 +427,11 @@ func TestPostgresDayQuotaAcrossInstances(t *testing.T) {
 	base := needPostgres(t)
 	db := postgresSchema(t, base)
 	const quota = 20
-	id, key := pmKey(t, db, "--plan", "enterprise", "--rpm", "1000", "--rpd", fmt.Sprint(quota))
+	k3 := createKeyJSON(t, db, "--plan", "enterprise", "--rpm", "1000", "--rpd", fmt.Sprint(quota))
+	id, key := k3.ID, k3.Key
 	const quota2 = 10
-	id2, key2 := pmKey(t, db, "--plan", "enterprise", "--rpm", "1000", "--rpd", fmt.Sprint(quota2))
+	k4 := createKeyJSON(t, db, "--plan", "enterprise", "--rpm", "1000", "--rpd", fmt.Sprint(quota2))
+	id2, key2 := k4.ID, k4.Key
 	ts := pmStart(t, db, key, 2)
 	conn := pmConnect(t, db)
 

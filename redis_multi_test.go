@@ -179,7 +179,8 @@ func TestRedisLimitsHoldAcrossInstances(t *testing.T) {
 	db := postgresSchema(t, base)
 	prefix := redisTestPrefix(t, u)
 	const rpm = 60 // the free plan's; its 1000 a day are not reached here
-	id, key := pmKey(t, db, "--plan", "free", "--name", "shared")
+	k1 := createKeyJSON(t, db, "--plan", "free", "--name", "shared")
+	id, key := k1.ID, k1.Key
 	warm := pmBigKey(t, db)
 	// No ban: the refusals here go on for 70 s.
 	ts := pmStart(t, db, key, 3, "--redis", u, "--redis-prefix", prefix, "--redis-timeout", rmWideTimeout, "--ban-threshold", "1000000000")
@@ -358,7 +359,8 @@ func TestRedisBanReachedOnTwoIsEnforcedOnThird(t *testing.T) {
 	// it holds one for each instance before it unbans, and then wants a
 	// 200 from each, the proof that it is not banned.
 	const rpm = 60
-	id, key := pmKey(t, db, "--plan", "enterprise", "--rpm", fmt.Sprint(rpm), "--rpd", "1000", "--name", "banned")
+	k2 := createKeyJSON(t, db, "--plan", "enterprise", "--rpm", fmt.Sprint(rpm), "--rpd", "1000", "--name", "banned")
+	id, key := k2.ID, k2.Key
 	ts := pmStart(t, db, key, 3, "--redis", u, "--redis-prefix", prefix, "--redis-timeout", rmWideTimeout, "--ban-threshold", "3", "--ban-duration", "15m")
 
 	// Alternating between instances 0 and 1: the bucket's 60 (and what it
@@ -543,7 +545,8 @@ func TestRedisOutageFallsBackAndReturns(t *testing.T) {
 	rs := rmStartRedis(t)
 	db := testDB(t)
 	const rpd = 50000 // binds: the minute's 100000 are far from reached
-	id, key := pmKey(t, db, "--plan", "enterprise", "--rpm", "100000", "--rpd", fmt.Sprint(rpd), "--name", "outage")
+	k3 := createKeyJSON(t, db, "--plan", "enterprise", "--rpm", "100000", "--rpd", fmt.Sprint(rpd), "--name", "outage")
+	id, key := k3.ID, k3.Key
 	const prefix = "outage:"
 	// 500 ms rather than the default 50: this test is about a Redis that
 	// is gone (which fails at once), not one that is slow, and a call that
