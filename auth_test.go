@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"crypto/sha256"
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -159,5 +164,137 @@ func TestRequireKeyWhateverWrapsTheWriter(t *testing.T) {
 				t.Errorf("%s %s with %q (valid %v): %d %s", target.method, target.path, auth, valid, w.Code, w.Body.String())
 			}
 		}
+	}
+}
+
+func TestAuthentication(t *testing.T) {
+	ts := startServer(t)
+	staging := createKey(t, ts.db, "--plan", "free", "--env", "staging")
+	revoked := createKey(t, ts.db, "--plan", "free")
+	if _, _, err := runCLI(t, nil, "keys", "revoke", "3", "--db", ts.db); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		auth       string
+		wantStatus int
+	}{
+		{"no header", "", 401},
+		{"valid", "Bearer " + ts.key, 200},
+		{"lower-case scheme", "bearer " + ts.key, 200},
+		{"upper-case scheme", "BEARER " + ts.key, 200},
+		{"basic scheme", "Basic " + ts.key, 401},
+		{"no scheme", ts.key, 401},
+		{"scheme only", "Bearer", 401},
+		{"two spaces", "Bearer  " + ts.key, 401},
+		{"one character changed", "Bearer " + ts.key[:len(ts.key)-1] + flip(ts.key[len(ts.key)-1]), 401},
+		{"upper-cased key", "Bearer " + strings.ToUpper(ts.key), 401},
+		{"key with suffix", "Bearer " + ts.key + "x", 401},
+		{"key with a no-break space", "Bearer " + ts.key + "\u00a0", 401},
+		{"key with a leading space", "Bearer  " + ts.key, 401},
+		{"truncated key", "Bearer " + ts.key[:len(ts.key)-1], 401},
+		{"staging key on production", "Bearer " + staging, 401},
+		{"revoked key", "Bearer " + revoked, 401},
+		{"unknown well-formed key", "Bearer ps_live_" + strings.Repeat("A", 40), 401},
+	}
+	var messages []string
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var hdr []string
+			if tt.auth != "" {
+				hdr = []string{"Authorization", tt.auth}
+			}
+			r := ts.do(t, "GET", "/v1/categories", "", "", hdr...)
+			if tt.wantStatus == 200 {
+				if r.status != 200 {
+					t.Fatalf("status = %d, want 200; %s", r.status, r.body)
+				}
+				return
+			}
+			wantError(t, r, 401, "unauthorized")
+			if got := r.header.Get("WWW-Authenticate"); got != `Bearer realm="petstore"` {
+				t.Errorf("WWW-Authenticate = %q", got)
+			}
+			messages = append(messages, string(r.body))
+			if strings.Contains(string(r.body), "ps_") {
+				t.Errorf("error body mentions a key: %s", r.body)
+			}
+		})
+	}
+	for _, m := range messages[1:] {
+		if m != messages[0] {
+			t.Errorf("401 bodies differ, revealing why: %s vs %s", m, messages[0])
+		}
+	}
+	// POST is refused before its body is looked at.
+	wantError(t, ts.do(t, "POST", "/v1/categories", "", `{"name":"x"}`), 401, "unauthorized")
+}
+
+func flip(c byte) string {
+	if c == 'a' {
+		return "b"
+	}
+	return "a"
+}
+
+func TestKeysAreHashedAtRest(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "petstore.db")
+	key := createKey(t, db, "--plan", "pro")
+	ts := startServerOn(t, db, key)
+	if r := ts.do(t, "GET", "/v1/categories", key, ""); r.status != 200 {
+		t.Fatalf("status = %d", r.status)
+	}
+	ts.stop()
+	secret := strings.TrimPrefix(key, "ps_live_")
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		b, err := os.ReadFile(db + suffix)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte(secret)) {
+			t.Errorf("%s holds the key in clear", db+suffix)
+		}
+	}
+	if strings.Contains(ts.stderr.String(), secret) {
+		t.Errorf("the server log holds the key")
+	}
+}
+
+func TestKeyChangesReachRunningServer(t *testing.T) {
+	ts := startServer(t)
+	fresh := createKey(t, ts.db, "--plan", "free")
+	waitStatus(t, ts, fresh, 200)
+	if _, _, err := runCLI(t, nil, "keys", "revoke", "2", "--db", ts.db); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, ts, fresh, 401)
+}
+
+func TestFirstRunKey(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "new.db")
+	ts := startServerOn(t, db, "")
+	m := regexp.MustCompile(`(?m)^(ps_live_[0-9A-Za-z]{40})$`).FindStringSubmatch(ts.stderr.String())
+	if m == nil {
+		t.Fatalf("no first-run key printed:\n%s", ts.stderr.String())
+	}
+	if r := ts.do(t, "GET", "/v1/categories", m[1], ""); r.status != 200 {
+		t.Errorf("first-run key: status %d", r.status)
+	}
+	out, _, err := runCLI(t, nil, "keys", "list", "--json", "--db", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := decode[[]map[string]any](t, response{body: []byte(out)})
+	if len(keys) != 1 || keys[0]["plan"] != "free" || keys[0]["env"] != "production" {
+		t.Errorf("keys after first run: %s", out)
+	}
+	ts.stop()
+
+	again := startServerOn(t, db, "")
+	if strings.Contains(again.stderr.String(), "ps_live_") {
+		t.Errorf("second start printed a key again")
 	}
 }

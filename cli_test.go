@@ -2,27 +2,14 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"database/sql"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
-	"time"
-
-	"github.com/golang-migrate/migrate/v4"
-	migratesqlite "github.com/golang-migrate/migrate/v4/database/sqlite"
-	"github.com/golang-migrate/migrate/v4/source/iofs"
 )
 
 func TestKeysCommands(t *testing.T) {
@@ -292,200 +279,6 @@ func TestNewDatabaseIsPrivate(t *testing.T) {
 	}
 }
 
-func TestRefusesNewerSchema(t *testing.T) {
-	db := filepath.Join(t.TempDir(), "future.db")
-	if _, _, err := runCLI(t, nil, "migrate", "--db", db); err != nil {
-		t.Fatal(err)
-	}
-	s := testStore(t, db, false)
-	if _, err := s.w.Exec("UPDATE schema_migrations SET version = 999"); err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	before, _ := os.ReadFile(db)
-	_, _, err := runCLI(t, nil, "serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-addr", "")
-	if err == nil || !strings.Contains(err.Error(), "newer") {
-		t.Fatalf("serve on a newer schema: %v, want a refusal", err)
-	}
-	if after, _ := os.ReadFile(db); !bytes.Equal(before, after) {
-		t.Errorf("the refused database was changed")
-	}
-}
-
-// TestKilledServerKeepsAcknowledgedWrites runs the real program in its own
-// process, kills it with SIGKILL right after a burst of creates, and checks
-// that every create that got a 201 is there after a restart.
-func TestKilledServerKeepsAcknowledgedWrites(t *testing.T) {
-	db := filepath.Join(t.TempDir(), "kill.db")
-	key := createKey(t, db, "--plan", "business")
-
-	p := startProcess(t, db)
-	ts := &testServer{base: "http://" + p.addr, key: key, client: contractClient(t, nil)}
-
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var acked []string
-	for w := range 8 {
-		wg.Go(func() {
-			for i := range 25 {
-				name := fmt.Sprintf("k%d-%d", w, i)
-				r := ts.do(t, "POST", "/v1/categories", key, `{"name":"`+name+`"}`)
-				if r.status != http.StatusCreated {
-					t.Errorf("create %s: %d", name, r.status)
-					return
-				}
-				mu.Lock()
-				acked = append(acked, name)
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	p.wait(t, 10*time.Second)
-
-	after := startServerOn(t, db, key)
-	have := map[string]bool{}
-	for _, c := range decode[[]Category](t, after.do(t, "GET", "/v1/categories", key, "")) {
-		have[c.Name] = true
-	}
-	for _, name := range acked {
-		if !have[name] {
-			t.Errorf("acknowledged %s is gone after the kill", name)
-		}
-	}
-	if len(acked) != 200 {
-		t.Errorf("%d creates acknowledged, want 200", len(acked))
-	}
-}
-
-// TestConcurrentMigrationsLeaveDatabaseClean starts several migrations of
-// one new database at once, as a server and a "keys create" starting
-// together do: all must succeed and leave it clean at the latest version.
-func TestConcurrentMigrationsLeaveDatabaseClean(t *testing.T) {
-	latest, err := latestMigration("migrations/sqlite")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for trial := range 10 {
-		db := filepath.Join(t.TempDir(), "m.db")
-		var wg sync.WaitGroup
-		errs := make([]error, 4)
-		for i := range errs {
-			wg.Go(func() {
-				errs[i] = run(context.Background(), []string{"migrate", "--db", db}, func(string) string { return "" }, io.Discard, io.Discard)
-			})
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			t.Fatalf("trial %d: %v", trial, err)
-		}
-		conn, err := sql.Open("sqlite", db)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var version uint
-		var dirty bool
-		err = conn.QueryRow("SELECT version, dirty FROM schema_migrations").Scan(&version, &dirty)
-		conn.Close()
-		if err != nil || dirty || version != latest {
-			t.Fatalf("trial %d: version %d, dirty %v (%v); want %d, clean", trial, version, dirty, err, latest)
-		}
-	}
-}
-
-// TestBackupTakesAnySchemaAsItIs checks that backup copies a database of an
-// older schema version without migrating it or changing it (no WAL mode
-// forced on a file in rollback-journal mode), and that the copy is 0600.
-func TestBackupTakesAnySchemaAsItIs(t *testing.T) {
-	dir := t.TempDir()
-	db := filepath.Join(dir, "old.db")
-	conn, err := sql.Open("sqlite", db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	init1, err := migrationFiles.ReadFile("migrations/sqlite/0001_init.up.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(string(init1) + `; CREATE TABLE schema_migrations (version uint64, dirty bool); INSERT INTO schema_migrations VALUES (1, 0);`); err != nil {
-		t.Fatal(err)
-	}
-	conn.Close()
-	before, err := os.ReadFile(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dest := filepath.Join(dir, "copy.db")
-	if _, _, err := runCLI(t, nil, "backup", "--db", db, dest); err != nil {
-		t.Fatalf("backup of a version-1 database: %v", err)
-	}
-	if after, _ := os.ReadFile(db); !bytes.Equal(before, after) {
-		t.Error("backup changed its source")
-	}
-	st, err := os.Stat(dest)
-	if err != nil || st.Mode().Perm() != 0o600 {
-		t.Fatalf("the copy: %v, mode %v; want 0600", err, st.Mode().Perm())
-	}
-	copied, err := sql.Open("sqlite", dest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer copied.Close()
-	var version int
-	if err := copied.QueryRow("SELECT version FROM schema_migrations").Scan(&version); err != nil || version != 1 {
-		t.Errorf("the copy's schema version: %d, %v; want 1, as it was", version, err)
-	}
-	if _, _, err := runCLI(t, nil, "keys", "list", "--db", "file:"+db); err == nil || !strings.Contains(err.Error(), "URI") {
-		t.Errorf("a --db starting with file: was not refused: %v", err)
-	}
-}
-
-// TestBackupWithoutHardLinks backs up as onto a FAT disk or many network
-// mounts, where link(2) fails with EPERM: the copy is put in place by a
-// rename instead, complete and 0600, and a DEST that appears while the
-// backup runs is still never replaced.
-func TestBackupWithoutHardLinks(t *testing.T) {
-	db := filepath.Join(t.TempDir(), "p.db")
-	createKey(t, db, "--plan", "pro")
-	dir := t.TempDir()
-	t.Cleanup(func() { linkFile = os.Link })
-	linkFile = func(old, new string) error { return &os.LinkError{Op: "link", Old: old, New: new, Err: syscall.EPERM} }
-
-	dest := filepath.Join(dir, "copy.db")
-	if _, errOut, err := runCLI(t, nil, "backup", "--db", db, dest); err != nil {
-		t.Fatalf("backup where hard links fail: %v\n%s", err, errOut)
-	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
-		t.Errorf("the backup directory holds %d entries, want the copy only", len(entries))
-	}
-	if st, err := os.Stat(dest); err != nil || st.Mode().Perm() != 0o600 {
-		t.Fatalf("the copy: %v; want mode 0600", err)
-	}
-	copied := testStore(t, dest, false)
-	var keys int
-	if err := copied.r.QueryRow("SELECT count(*) FROM api_keys").Scan(&keys); err != nil || keys != 1 {
-		t.Errorf("the copy holds %d keys (%v), want 1", keys, err)
-	}
-
-	other := filepath.Join(dir, "other.db")
-	linkFile = func(old, new string) error {
-		os.WriteFile(new, []byte("not a backup"), 0o600) // someone else's file, just in time
-		return &os.LinkError{Op: "link", Old: old, New: new, Err: syscall.EPERM}
-	}
-	if _, _, err := runCLI(t, nil, "backup", "--db", db, other); err == nil {
-		t.Error("backup replaced a DEST that appeared while it ran")
-	}
-	if b, _ := os.ReadFile(other); string(b) != "not a backup" {
-		t.Errorf("the DEST that appeared holds %.40q", b)
-	}
-	if matches, _ := filepath.Glob(filepath.Join(dir, ".*tmp*")); len(matches) != 0 {
-		t.Errorf("temporary files left: %v", matches)
-	}
-}
-
 // TestKeysCommandsNeedTheDatabase checks that keys list, revoke and unban
 // on a mistyped --db fail (exit 1) instead of creating a new, empty
 // database there (owned by whoever ran the command) and, for list, printing
@@ -502,108 +295,6 @@ func TestKeysCommandsNeedTheDatabase(t *testing.T) {
 		if _, err := os.Stat(db); err == nil {
 			t.Errorf("%v created the missing database", args)
 		}
-	}
-}
-
-// TestMigrationDropsAutoincrement upgrades a database of schema 6, with
-// rows in categories, pets and orders (ids with gaps, as a failed batch
-// leaves them), to 7: every row keeps its id and its links, the tables lose
-// AUTOINCREMENT, foreign keys hold and are enforced again, and a new row
-// gets the largest id + 1.
-func TestMigrationDropsAutoincrement(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "v6.db")
-	db, err := sql.Open("sqlite", dsn(path, false, time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := iofs.New(migrationFiles, "migrations/sqlite")
-	if err != nil {
-		t.Fatal(err)
-	}
-	drv, err := migratesqlite.WithInstance(db, &migratesqlite.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := migrate.NewWithInstance("iofs", src, "sqlite", drv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Migrate(6); err != nil {
-		t.Fatal(err)
-	}
-	m.Close() // closes db
-	db, err = sql.Open("sqlite", dsn(path, false, time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec(`
-		INSERT INTO categories (id, name, fold, description) VALUES (1, 'Dogs', 'dogs', 'woof'), (2, 'Cats', 'cats', NULL), (5, 'Élan', 'élan', 'e');
-		INSERT INTO pets (id, name, category_id, status) VALUES (1, 'Rex', 1, 'available'), (3, 'Tom', 2, 'sold'), (4, 'Kit', 5, 'pending');
-		INSERT INTO orders (id, pet_id, quantity, status, created_at) VALUES (2, 3, 7, 'placed', '2026-11-24T00:00:00Z')`); err != nil {
-		t.Fatal(err)
-	}
-	dump := func() string {
-		var b strings.Builder
-		for _, q := range []string{
-			"SELECT id, name, fold, coalesce(description, '-') FROM categories ORDER BY id",
-			"SELECT id, name, category_id, status FROM pets ORDER BY id",
-			"SELECT id, pet_id, quantity, status, created_at FROM orders ORDER BY id",
-		} {
-			rows, err := db.Query(q)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cols, _ := rows.Columns()
-			for rows.Next() {
-				vals := make([]any, len(cols))
-				ptrs := make([]any, len(cols))
-				for i := range vals {
-					ptrs[i] = &vals[i]
-				}
-				if err := rows.Scan(ptrs...); err != nil {
-					t.Fatal(err)
-				}
-				fmt.Fprintln(&b, vals...)
-			}
-			rows.Close()
-		}
-		return b.String()
-	}
-	before := dump()
-	db.Close()
-
-	if _, _, err := runCLI(t, nil, "migrate", "--db", path); err != nil {
-		t.Fatal(err)
-	}
-	db, err = sql.Open("sqlite", dsn(path, false, time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if after := dump(); after != before {
-		t.Errorf("rows changed:\nbefore:\n%s\nafter:\n%s", before, after)
-	}
-	var n int
-	if err := db.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE name IN ('categories', 'pets', 'orders') AND sql LIKE '%AUTOINCREMENT%'`).Scan(&n); err != nil || n != 0 {
-		t.Errorf("%d tables still AUTOINCREMENT (%v)", n, err)
-	}
-	if err := db.QueryRow(`SELECT count(*) FROM pragma_foreign_key_check`).Scan(&n); err != nil || n != 0 {
-		t.Errorf("%d foreign key violations (%v)", n, err)
-	}
-	db.Close()
-
-	key := createKey(t, path, "--plan", "business")
-	ts := startServerOn(t, path, key)
-	if c := decode[Category](t, ts.do(t, "POST", "/v1/categories", key, `{"name":"Birds"}`)); c.ID != 6 {
-		t.Errorf("a new category got id %d, want 6", c.ID)
-	}
-	wantError(t, ts.do(t, "POST", "/v1/categories", key, `{"name":"DOGS"}`), 409, "conflict") // the unique fold survived
-	if r := ts.do(t, "POST", "/v1/pets", key, `{"name":"Tweety","categoryId":6}`); r.status != 201 || !strings.Contains(string(r.body), `"id":5`) {
-		t.Errorf("a new pet: %d %s, want 201 and id 5", r.status, r.body)
-	}
-	wantError(t, ts.do(t, "POST", "/v1/pets", key, `{"name":"Ghost","categoryId":4}`), 400, "validation_failed") // no category 4: the key is enforced
-	if r := ts.do(t, "POST", "/v1/store/orders", key, `{"petId":4,"quantity":1}`); r.status != 201 || !strings.Contains(string(r.body), `"id":3`) {
-		t.Errorf("a new order: %d %s, want 201 and id 3", r.status, r.body)
 	}
 }
 
@@ -686,5 +377,23 @@ func TestHelpTexts(t *testing.T) {
 				t.Errorf("%v does not list keys create with the plans table %q:\n%s", c.args, plansList, out)
 			}
 		}
+	}
+}
+
+func TestDefaultAddrIsLoopback(t *testing.T) {
+	cfg, err := parseServe(nil, envFrom(nil), &strings.Builder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.addr != "127.0.0.1:8080" {
+		t.Errorf("default --addr = %q, want 127.0.0.1:8080", cfg.addr)
+	}
+	cfg, err = parseServe(nil, envFrom(map[string]string{"PETSTORE_ADDR": ":8080"}), &strings.Builder{})
+	if err != nil || cfg.addr != ":8080" {
+		t.Errorf("PETSTORE_ADDR=:8080 gave %q, %v", cfg.addr, err)
+	}
+	var help strings.Builder
+	if _, err := parseServe([]string{"-h"}, envFrom(nil), &help); err != errHelp || !strings.Contains(help.String(), `(default "127.0.0.1:8080")`) {
+		t.Errorf("serve -h: %v, does not show the default address:\n%s", err, help.String())
 	}
 }

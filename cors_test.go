@@ -239,21 +239,3 @@ func TestParseCORSOrigins(t *testing.T) {
 		}
 	}
 }
-
-func TestDefaultAddrIsLoopback(t *testing.T) {
-	cfg, err := parseServe(nil, envFrom(nil), &strings.Builder{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.addr != "127.0.0.1:8080" {
-		t.Errorf("default --addr = %q, want 127.0.0.1:8080", cfg.addr)
-	}
-	cfg, err = parseServe(nil, envFrom(map[string]string{"PETSTORE_ADDR": ":8080"}), &strings.Builder{})
-	if err != nil || cfg.addr != ":8080" {
-		t.Errorf("PETSTORE_ADDR=:8080 gave %q, %v", cfg.addr, err)
-	}
-	var help strings.Builder
-	if _, err := parseServe([]string{"-h"}, envFrom(nil), &help); err != errHelp || !strings.Contains(help.String(), `(default "127.0.0.1:8080")`) {
-		t.Errorf("serve -h: %v, does not show the default address:\n%s", err, help.String())
-	}
-}

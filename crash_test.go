@@ -143,3 +143,52 @@ func createChain(ts *testServer, key, name string) (rows []ackedRow, ok bool) {
 	rows = append(rows, ackedRow{"order", int64(o["id"].(float64)), fmt.Sprintf("pet %d x2", pid)})
 	return rows, true
 }
+
+// TestKilledServerKeepsAcknowledgedWrites runs the real program in its own
+// process, kills it with SIGKILL right after a burst of creates, and checks
+// that every create that got a 201 is there after a restart.
+func TestKilledServerKeepsAcknowledgedWrites(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "kill.db")
+	key := createKey(t, db, "--plan", "business")
+
+	p := startProcess(t, db)
+	ts := &testServer{base: "http://" + p.addr, key: key, client: contractClient(t, nil)}
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var acked []string
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 25 {
+				name := fmt.Sprintf("k%d-%d", w, i)
+				r := ts.do(t, "POST", "/v1/categories", key, `{"name":"`+name+`"}`)
+				if r.status != http.StatusCreated {
+					t.Errorf("create %s: %d", name, r.status)
+					return
+				}
+				mu.Lock()
+				acked = append(acked, name)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, 10*time.Second)
+
+	after := startServerOn(t, db, key)
+	have := map[string]bool{}
+	for _, c := range decode[[]Category](t, after.do(t, "GET", "/v1/categories", key, "")) {
+		have[c.Name] = true
+	}
+	for _, name := range acked {
+		if !have[name] {
+			t.Errorf("acknowledged %s is gone after the kill", name)
+		}
+	}
+	if len(acked) != 200 {
+		t.Errorf("%d creates acknowledged, want 200", len(acked))
+	}
+}

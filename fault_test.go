@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -19,26 +18,6 @@ import (
 	"testing"
 	"time"
 )
-
-// lockDatabase is what this test binary does when TestMain finds
-// PETSTORE_TEST_LOCK: it takes the write lock of that database, says
-// "locked" on stdout, and holds the lock until stdin closes.
-func lockDatabase(path string) {
-	db, err := sql.Open("sqlite", dsn(path, false, time.Second))
-	if err != nil {
-		fmt.Println(err)
-		os.Exit(1)
-	}
-	tx, err := db.Begin() // _txlock=immediate: takes the write lock now
-	if err != nil {
-		fmt.Println(err)
-		os.Exit(1)
-	}
-	fmt.Println("locked")
-	io.Copy(io.Discard, os.Stdin)
-	tx.Rollback()
-	os.Exit(0)
-}
 
 // mountSmallDisk mounts a tmpfs of the given size (e.g. "2m") in a temp
 // directory, so that a test can fill it, or make it read-only, for real.

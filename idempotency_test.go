@@ -11,21 +11,10 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 )
-
-// testClock is a server's clock for idempotent answers, which a test moves
-// forward.
-type testClock struct{ offset atomic.Int64 }
-
-func (c *testClock) now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
-func (c *testClock) advance(d time.Duration) { c.offset.Add(int64(d)) }
-func (c *testClock) context() context.Context {
-	return context.WithValue(context.Background(), clockKey{}, c.now)
-}
 
 // idemPost sends a POST with an Idempotency-Key.
 func idemPost(t *testing.T, ts *testServer, path, key, idemKey, body string) response {
@@ -244,9 +233,9 @@ func TestIdempotencyAnswersExpire(t *testing.T) {
 	cat := decode[Category](t, ts.do(t, "POST", "/v1/categories", key, `{"name":"Dogs"}`))
 	body := fmt.Sprintf(`{"name":"Rex","categoryId":%d}`, cat.ID)
 	first := idemPost(t, ts, "/v1/pets", key, "k", body)
-	clock.advance(defaultIdemTTL - time.Minute)
+	clock.add(defaultIdemTTL - time.Minute)
 	wantReplay(t, first, idemPost(t, ts, "/v1/pets", key, "k", body))
-	clock.advance(time.Minute)
+	clock.add(time.Minute)
 	again := idemPost(t, ts, "/v1/pets", key, "k", body)
 	if again.status != 201 || again.header.Get("Idempotency-Replayed") != "" || decode[Pet](t, again).ID == decode[Pet](t, first).ID {
 		t.Fatalf("after the TTL: %d %s (replayed %q), first %s", again.status, again.body, again.header.Get("Idempotency-Replayed"), first.body)
@@ -257,7 +246,7 @@ func TestIdempotencyAnswersExpire(t *testing.T) {
 	// A shorter --idempotency-ttl applies to the answers kept already, and
 	// the purge, which runs at the start, deletes the expired ones.
 	ts.stop()
-	clock.advance(2 * time.Minute)
+	clock.add(2 * time.Minute)
 	ts = startServerIn(t, clock.context(), db, key, "--idempotency-ttl", "1m")
 	store := openTestStore(t, db)
 	deadline := time.Now().Add(10 * time.Second)

@@ -7,35 +7,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 )
-
-// setClock is a server's clock that a test sets to a moment: the keyring
-// checks expiry on it.
-type setClock struct{ at atomic.Pointer[time.Time] }
-
-func (c *setClock) set(t time.Time) { c.at.Store(&t) }
-func (c *setClock) now() time.Time  { return *c.at.Load() }
-func (c *setClock) context() context.Context {
-	return context.WithValue(context.Background(), clockKey{}, c.now)
-}
-
-// createKeyJSON runs keys create --json with args and returns what it
-// printed.
-func createKeyJSON(t *testing.T, db string, args ...string) keyView {
-	t.Helper()
-	out, _, err := runCLI(t, nil, append([]string{"keys", "create", "--db", db, "--json"}, args...)...)
-	if err != nil {
-		t.Fatalf("keys create %v: %v", args, err)
-	}
-	var v keyView
-	if err := json.Unmarshal([]byte(out), &v); err != nil {
-		t.Fatalf("keys create --json printed %q: %v", out, err)
-	}
-	return v
-}
 
 func listKeysJSON(t *testing.T, db string) map[int64]map[string]any {
 	t.Helper()
@@ -127,7 +101,7 @@ func TestKeyExpiresAtItsMoment(t *testing.T) {
 	db := testDB(t)
 	expiry := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
 	v := createKeyJSON(t, db, "--plan", "free", "--expires", expiry.Format(time.RFC3339))
-	clock := &setClock{}
+	clock := &testClock{}
 	clock.set(expiry.Add(-time.Nanosecond))
 	ts := startServerIn(t, clock.context(), db, v.Key)
 	if r := ts.do(t, "GET", "/v1/categories", v.Key, ""); r.status != 200 {
@@ -272,7 +246,7 @@ func TestKeysRotate(t *testing.T) {
 		t.Errorf("the third key replaces %v, want %d", got, bID)
 	}
 
-	clock := &setClock{}
+	clock := &testClock{}
 	clock.set(start)
 	ts := startServerIn(t, clock.context(), db, c.Key)
 	for _, k := range []string{a.Key, bKey, c.Key} {

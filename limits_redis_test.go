@@ -18,95 +18,11 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/rueidis"
 )
-
-// redisEnv names the variable that turns on the tests that need Redis: a
-// redis:// URL of a server they may write to (each under a key prefix of
-// its own).
-const redisEnv = "PETSTORE_TEST_REDIS"
-
-// needRedis returns PETSTORE_TEST_REDIS, or skips the test when it is not
-// set. A Redis that does not answer fails the test: the variable says it
-// should.
-func needRedis(t testing.TB) string {
-	t.Helper()
-	u := os.Getenv(redisEnv)
-	if u == "" {
-		t.Skip("set " + redisEnv + "=redis://127.0.0.1:6379/0 to run the Redis tests")
-	}
-	c := redisTestClient(t, u)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
-		t.Fatalf("%s is set but Redis does not answer: %v", redisEnv, err)
-	}
-	return u
-}
-
-// redisTestClient returns a client of u, closed when the test ends.
-func redisTestClient(t testing.TB, u string) rueidis.Client {
-	t.Helper()
-	opt, err := parseRedisURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt.DisableCache = true
-	c, err := rueidis.NewClient(opt)
-	if err != nil {
-		t.Fatalf("%s is set but Redis does not answer: %v", redisEnv, err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
-
-// redisTestPrefix returns a key prefix of the test's own in u's database,
-// whose keys are deleted when the test ends.
-func redisTestPrefix(t testing.TB, u string) string {
-	t.Helper()
-	// Only letters, digits and _ of the test's name: SCAN's MATCH reads
-	// [ ] * ? \ as a pattern.
-	name := strings.Map(func(c rune) rune {
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			return c
-		}
-		return '_'
-	}, t.Name())
-	prefix := fmt.Sprintf("petstore-test:%s:%x:", name, rand.Uint64())
-	c := redisTestClient(t, u)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		for _, k := range redisTestKeys(t, c, prefix) {
-			c.Do(ctx, c.B().Unlink().Key(k).Build())
-		}
-	})
-	return prefix
-}
-
-// redisTestKeys lists the keys that begin with prefix.
-func redisTestKeys(t testing.TB, c rueidis.Client, prefix string) []string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var keys []string
-	for cursor := uint64(0); ; {
-		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(prefix+"*").Count(1000).Build()).AsScanEntry()
-		if err != nil {
-			t.Errorf("scan %s*: %v", prefix, err)
-			return keys
-		}
-		keys = append(keys, e.Elements...)
-		if cursor = e.Cursor; cursor == 0 {
-			return keys
-		}
-	}
-}
 
 // newRedisLimTest returns a Redis limiter and, beside it, an in-process
 // limiter of the same configuration, both on one injected clock.
-func newRedisLimTest(t *testing.T, cfg limiterConfig) (*redisLimiter, *limiter, *limTestClock) {
+func newRedisLimTest(t *testing.T, cfg limiterConfig) (*redisLimiter, *limiter, *testClock) {
 	t.Helper()
 	u := needRedis(t)
 	ref, c := newLimTest(t, cfg)

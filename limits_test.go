@@ -14,20 +14,12 @@ import (
 	"time"
 )
 
-// limTestClock is an injected clock that only moves when told to.
-type limTestClock struct{ ns atomic.Int64 }
-
-func (c *limTestClock) now() time.Time      { return time.Unix(0, c.ns.Load()).UTC() }
-func (c *limTestClock) add(d time.Duration) { c.ns.Add(int64(d)) }
-func (c *limTestClock) set(t time.Time)     { c.ns.Store(t.UnixNano()) }
-func (c *limTestClock) addSeconds(s int64)  { c.add(time.Duration(s) * time.Second) }
-
 // limT0 is a Tuesday noon, a quarter second past, so rounding shows.
 var limT0 = time.Date(2026, 3, 10, 12, 0, 0, 250_000_000, time.UTC)
 
-func newLimTest(t testing.TB, cfg limiterConfig) (*limiter, *limTestClock) {
+func newLimTest(t testing.TB, cfg limiterConfig) (*limiter, *testClock) {
 	t.Helper()
-	c := &limTestClock{}
+	c := &testClock{}
 	c.set(limT0)
 	if cfg.Now == nil {
 		cfg.Now = c.now
@@ -180,7 +172,7 @@ func TestLimiterDayQuota(t *testing.T) {
 
 func TestLimiterUTCMidnight(t *testing.T) {
 	// A clock in another zone must not move the day boundary.
-	c := &limTestClock{}
+	c := &testClock{}
 	zone := time.FixedZone("UTC-5", -5*3600)
 	l := newLimiter(limiterConfig{Now: func() time.Time { return c.now().In(zone) }})
 	c.set(time.Date(2026, 3, 10, 23, 59, 59, 0, time.UTC))
@@ -350,7 +342,7 @@ func TestLimiterBan(t *testing.T) {
 // the minute before each refusal, not in fixed windows that a burst could
 // straddle.
 func TestLimiterBanWindowSlides(t *testing.T) {
-	newBanTest := func() (*limiter, *limTestClock, *int) {
+	newBanTest := func() (*limiter, *testClock, *int) {
 		bans := new(int)
 		l, c := newLimTest(t, limiterConfig{BanThreshold: 10, BanDuration: time.Minute, OnBan: func(int64, time.Time) { *bans++ }})
 		return l, c, bans

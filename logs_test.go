@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -528,7 +529,7 @@ func TestFloodLogIsSampled(t *testing.T) {
 // and every line of the valid key's answers is there.
 func TestLogFloodIsBounded(t *testing.T) {
 	const origin = "https://app.example"
-	clock := &setClock{}
+	clock := &testClock{}
 	start := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	clock.set(start)
 	db := testDB(t)
@@ -684,5 +685,50 @@ func TestLogFloodIsBounded(t *testing.T) {
 	// stamps at most.
 	if limit := (windows + 1) * (logBudgetPerSecond + 1) * 2048; total > limit {
 		t.Errorf("the flood wrote %d bytes of log, more than %d", total, limit)
+	}
+}
+
+func TestLogsNeverContainKeys(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "logs.db")
+	key := createKey(t, db, "--plan", "pro")
+	revoked := createKey(t, db, "--plan", "free")
+	staging := createKey(t, db, "--plan", "free", "--env", "staging")
+	if _, _, err := runCLI(t, nil, "keys", "revoke", "2", "--db", db); err != nil {
+		t.Fatal(err)
+	}
+	ts := startServerOn(t, db, key, "--log-format", "json", "--log-level", "debug")
+	invalid := "ps_live_" + strings.Repeat("Q", 40)
+	for _, k := range []string{key, revoked, staging, invalid, key + "x"} {
+		ts.do(t, "GET", "/v1/categories", k, "")
+		ts.do(t, "POST", "/v1/categories", k, `{"name":"`+k+`"}`)
+		ts.do(t, "GET", "/v1/"+k, k, "")
+		ts.do(t, "GET", "/v1/categories?api_key="+k, "", "", "X-Request-Id", k)
+	}
+	ts.stop()
+	logs := ts.stderr.String()
+	for _, k := range []string{key, revoked, staging, invalid} {
+		if strings.Contains(logs, k[len("ps_live_"):]) {
+			t.Errorf("the log contains key %s...", k[:12])
+		}
+	}
+	// Every request line is JSON with the fields an operator needs.
+	lines := 0
+	for _, line := range strings.Split(strings.TrimSpace(logs), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line is not JSON: %s", line)
+		}
+		if rec["msg"] != "request" {
+			continue
+		}
+		lines++
+		for _, f := range []string{"method", "route", "status", "duration", "bytes", "key", "request_id", "remote"} {
+			if _, ok := rec[f]; !ok {
+				t.Errorf("request log line lacks %q: %s", f, line)
+			}
+		}
+	}
+	if lines < 20 {
+		t.Errorf("%d request lines logged, want one per request (20)", lines)
 	}
 }

@@ -548,3 +548,33 @@ func TestRouteLabelOfRefusalsAndHeads(t *testing.T) {
 		}
 	}
 }
+
+func TestMetricsCountRequests(t *testing.T) {
+	ts := startServer(t)
+	for range 3 {
+		ts.do(t, "GET", "/v1/categories", ts.key, "")
+	}
+	ts.do(t, "GET", "/v1/categories", "", "")
+	ts.do(t, "GET", "/v1/nowhere", "", "")
+	ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"x"}`)
+	metrics := ts.get(t, ts.admin+"/metrics")
+	for _, want := range []string{
+		`petstore_http_requests_total{route="GET /v1/categories",status="200"} 3`,
+		`petstore_http_requests_total{route="GET /v1/categories",status="401"} 1`,
+		`petstore_http_requests_total{route="POST /v1/categories",status="201"} 1`,
+		`petstore_http_requests_total{route="unmatched",status="404"} 1`,
+		`petstore_http_request_duration_seconds_count{route="GET /v1/categories"} 4`,
+		`petstore_db_errors_total 0`,
+		"petstore_group_commit_batches_total 1\n",
+		"petstore_group_commit_writes_total 1\n",
+		`petstore_build_info{version="`,
+		`process_resident_memory_bytes`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if r := ts.do(t, "GET", "/metrics", "", ""); r.status != 404 {
+		t.Errorf("/metrics on the public listener: %d, want 404", r.status)
+	}
+}

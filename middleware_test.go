@@ -78,3 +78,22 @@ func TestNosniffOnEveryResponse(t *testing.T) {
 		}
 	}
 }
+
+func TestRequestID(t *testing.T) {
+	ts := startServer(t)
+	r := ts.do(t, "GET", "/healthz", "", "", "X-Request-Id", "client-id.42:x_y")
+	if got := r.header.Get("X-Request-Id"); got != "client-id.42:x_y" {
+		t.Errorf("sane id: X-Request-Id = %q, want it echoed", got)
+	}
+	for _, bad := range []string{"has space", strings.Repeat("a", 129), "semi;colon", "<script>"} {
+		r := ts.do(t, "GET", "/v1/categories", ts.key, "", "X-Request-Id", bad)
+		if got := r.header.Get("X-Request-Id"); got == "" || got == bad {
+			t.Errorf("id %q: X-Request-Id = %q, want a fresh one", bad, got)
+		}
+	}
+	a := ts.do(t, "GET", "/nowhere", "", "").header.Get("X-Request-Id")
+	b := ts.do(t, "GET", "/nowhere", "", "").header.Get("X-Request-Id")
+	if a == "" || a == b {
+		t.Errorf("generated ids %q and %q, want distinct", a, b)
+	}
+}

@@ -3,8 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,79 +11,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
-
-// serverProcess is the real program running in a process of its own.
-type serverProcess struct {
-	cmd    *exec.Cmd
-	addr   string
-	stderr *syncBuffer
-	exited chan error
-}
-
-// startProcess runs "petstore serve" in a new process (this test binary,
-// which TestMain turns into main) and waits until it listens.
-func startProcess(t *testing.T, db string, args ...string) *serverProcess {
-	t.Helper()
-	all := append([]string{"serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-addr", "off"}, args...)
-	cmd := exec.Command(os.Args[0], all...)
-	cmd.Env = append(os.Environ(), "PETSTORE_TEST_MAIN=1")
-	pipe, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &serverProcess{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pipe)
-		for sc.Scan() {
-			fmt.Fprintln(p.stderr, sc.Text())
-			if a := logAddr(listeningRE, sc.Text()); a != "" {
-				addr <- a
-			}
-		}
-		p.exited <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("server process log:\n%s", p.stderr.String())
-		}
-	})
-	select {
-	case p.addr = <-addr:
-	case err := <-p.exited:
-		t.Fatalf("the server process exited: %v\n%s", err, p.stderr.String())
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the server process did not start within 10s:\n%s", p.stderr.String())
-	}
-	return p
-}
-
-// wait waits for the process to exit and returns its exit code.
-func (p *serverProcess) wait(t *testing.T, within time.Duration) int {
-	t.Helper()
-	select {
-	case err := <-p.exited:
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return ee.ExitCode()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return 0
-	case <-time.After(within):
-		t.Fatalf("the server process did not exit within %v", within)
-		return -1
-	}
-}
 
 // heldCreate is a create whose body is not sent yet: with "Expect:
 // 100-continue" the server says when its handler waits for the body, so the
@@ -126,25 +54,6 @@ func (h *heldCreate) finish(t *testing.T) (int, string) {
 	got, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode, string(got)
-}
-
-// terminate sends SIGTERM and waits until the listener is closed: the
-// server is then draining.
-func (p *serverProcess) terminate(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		c, err := net.Dial("tcp", p.addr)
-		if err != nil {
-			return
-		}
-		c.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("the server still accepts connections 5s after SIGTERM")
-		}
-	}
 }
 
 // TestDrainKeepsLogging checks that the log is still written out while the
@@ -314,80 +223,5 @@ func TestSlowHeadersAreCutOff(t *testing.T) {
 				t.Fatal("the trickling connection is still open after 10s")
 			}
 		}
-	}
-}
-
-func TestMetricsCountRequests(t *testing.T) {
-	ts := startServer(t)
-	for range 3 {
-		ts.do(t, "GET", "/v1/categories", ts.key, "")
-	}
-	ts.do(t, "GET", "/v1/categories", "", "")
-	ts.do(t, "GET", "/v1/nowhere", "", "")
-	ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"x"}`)
-	metrics := ts.get(t, ts.admin+"/metrics")
-	for _, want := range []string{
-		`petstore_http_requests_total{route="GET /v1/categories",status="200"} 3`,
-		`petstore_http_requests_total{route="GET /v1/categories",status="401"} 1`,
-		`petstore_http_requests_total{route="POST /v1/categories",status="201"} 1`,
-		`petstore_http_requests_total{route="unmatched",status="404"} 1`,
-		`petstore_http_request_duration_seconds_count{route="GET /v1/categories"} 4`,
-		`petstore_db_errors_total 0`,
-		"petstore_group_commit_batches_total 1\n",
-		"petstore_group_commit_writes_total 1\n",
-		`petstore_build_info{version="`,
-		`process_resident_memory_bytes`,
-	} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("/metrics lacks %q", want)
-		}
-	}
-	if r := ts.do(t, "GET", "/metrics", "", ""); r.status != 404 {
-		t.Errorf("/metrics on the public listener: %d, want 404", r.status)
-	}
-}
-
-func TestLogsNeverContainKeys(t *testing.T) {
-	db := filepath.Join(t.TempDir(), "logs.db")
-	key := createKey(t, db, "--plan", "pro")
-	revoked := createKey(t, db, "--plan", "free")
-	staging := createKey(t, db, "--plan", "free", "--env", "staging")
-	if _, _, err := runCLI(t, nil, "keys", "revoke", "2", "--db", db); err != nil {
-		t.Fatal(err)
-	}
-	ts := startServerOn(t, db, key, "--log-format", "json", "--log-level", "debug")
-	invalid := "ps_live_" + strings.Repeat("Q", 40)
-	for _, k := range []string{key, revoked, staging, invalid, key + "x"} {
-		ts.do(t, "GET", "/v1/categories", k, "")
-		ts.do(t, "POST", "/v1/categories", k, `{"name":"`+k+`"}`)
-		ts.do(t, "GET", "/v1/"+k, k, "")
-		ts.do(t, "GET", "/v1/categories?api_key="+k, "", "", "X-Request-Id", k)
-	}
-	ts.stop()
-	logs := ts.stderr.String()
-	for _, k := range []string{key, revoked, staging, invalid} {
-		if strings.Contains(logs, k[len("ps_live_"):]) {
-			t.Errorf("the log contains key %s...", k[:12])
-		}
-	}
-	// Every request line is JSON with the fields an operator needs.
-	lines := 0
-	for _, line := range strings.Split(strings.TrimSpace(logs), "\n") {
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(line), &rec); err != nil {
-			t.Fatalf("log line is not JSON: %s", line)
-		}
-		if rec["msg"] != "request" {
-			continue
-		}
-		lines++
-		for _, f := range []string{"method", "route", "status", "duration", "bytes", "key", "request_id", "remote"} {
-			if _, ok := rec[f]; !ok {
-				t.Errorf("request log line lacks %q: %s", f, line)
-			}
-		}
-	}
-	if lines < 20 {
-		t.Errorf("%d request lines logged, want one per request (20)", lines)
 	}
 }

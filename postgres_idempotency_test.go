@@ -162,7 +162,8 @@ func pgIdemLockHeld(t *testing.T, conn *pgx.Conn, db string, keyID int64, key st
 func TestIdempotencyInUseOnAnyInstance(t *testing.T) {
 	base := needPostgres(t)
 	db := postgresSchema(t, base)
-	id, key := pmKey(t, db, "--plan", "enterprise", "--rpm", "10000000", "--rpd", "1000000000")
+	k1 := createKeyJSON(t, db, "--plan", "enterprise", "--rpm", "10000000", "--rpd", "1000000000")
+	id, key := k1.ID, k1.Key
 	servers := pmStart(t, db, key, 2, "--busy-timeout", "5s")
 	a, b := servers[0], servers[1]
 	conn := pmConnect(t, db)

@@ -14,9 +14,6 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
-	"net"
-	"net/http"
-	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -27,93 +24,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 )
-
-// pmPropagation is how late DECISIONS.md section 8 allows new and revoked
-// keys to take effect on the other instances.
-const pmPropagation = 2 * time.Second
-
-// pmStart starts n instances on db, each with key as its testServer.key.
-func pmStart(t *testing.T, db, key string, n int, args ...string) []*testServer {
-	t.Helper()
-	servers := make([]*testServer, n)
-	for i := range servers {
-		servers[i] = startServerOn(t, db, key, args...)
-	}
-	pmCloseIdleFirst(t, servers)
-	return servers
-}
-
-// pmCloseIdleFirst makes the test's clients close their idle connections
-// before the servers stop (cleanups run last first). A connection that a
-// client dialled but never used is new to its server, and http.Server's
-// Shutdown waits up to 5 s for such a connection to send a request.
-func pmCloseIdleFirst(t *testing.T, servers []*testServer) {
-	t.Cleanup(func() {
-		for _, ts := range servers {
-			if ct, ok := ts.client.Transport.(*checkingTransport); ok {
-				if tr, ok := ct.base.(interface{ CloseIdleConnections() }); ok {
-					tr.CloseIdleConnections()
-				}
-			}
-		}
-	})
-}
-
-// pmKey creates a key with keys create --json and returns its id and
-// secret.
-func pmKey(t *testing.T, db string, args ...string) (int64, string) {
-	t.Helper()
-	out := createKey(t, db, append([]string{"--json"}, args...)...)
-	var v struct {
-		ID  int64  `json:"id"`
-		Key string `json:"key"`
-	}
-	if err := json.Unmarshal([]byte(out), &v); err != nil || v.ID == 0 || v.Key == "" {
-		t.Fatalf("keys create --json printed %q: %v", out, err)
-	}
-	return v.ID, v.Key
-}
-
-// pmBigKey creates an enterprise key whose limits no test here comes near,
-// so that the minute buckets (one per instance) never get in the way.
-func pmBigKey(t *testing.T, db string) string {
-	t.Helper()
-	_, key := pmKey(t, db, "--plan", "enterprise", "--rpm", "10000000", "--rpd", "1000000000", "--name", "big")
-	return key
-}
-
-// pmSend is ts.send with a client timeout, so that a server that hangs
-// fails the test instead of stalling it; it returns how long the answer
-// took. Safe in any goroutine.
-func pmSend(ts *testServer, timeout time.Duration, method, path, key, body string, header ...string) (response, time.Duration, error) {
-	client := &http.Client{Transport: ts.client.Transport, Timeout: timeout}
-	start := time.Now()
-	r, err := ts.sendVia(client, method, path, key, body, header...)
-	return r, time.Since(start), err
-}
-
-// pmErrorCode returns the code of an Error body, or "".
-func pmErrorCode(body []byte) string {
-	var e apiError
-	if json.Unmarshal(body, &e) != nil {
-		return ""
-	}
-	return e.Code
-}
-
-// pmConnect connects straight to the test's schema (db is postgresSchema's
-// URL, with its search_path) and closes the connection when the test ends.
-func pmConnect(t *testing.T, db string) *pgx.Conn {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, db)
-	if err != nil {
-		t.Fatalf("connect to the test schema: %v", err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	return conn
-}
 
 // TestPostgresInstancesShareWrites creates categories, pets and orders
 // round-robin over three instances, each pet in a category and each order
@@ -457,7 +367,8 @@ func TestPostgresKeyRevokedEverywhere(t *testing.T) {
 	t.Parallel()
 	base := needPostgres(t)
 	db := postgresSchema(t, base)
-	oldID, old := pmKey(t, db, "--plan", "business", "--name", "old")
+	k1 := createKeyJSON(t, db, "--plan", "business", "--name", "old")
+	oldID, old := k1.ID, k1.Key
 	// Keys that do not work count against the client address: lift that
 	// limit, which is not what is tested here.
 	ts := pmStart(t, db, old, 3, "--anon-rpm", "100000")
@@ -467,7 +378,8 @@ func TestPostgresKeyRevokedEverywhere(t *testing.T) {
 		}
 	}
 
-	newID, fresh := pmKey(t, db, "--plan", "business", "--name", "fresh")
+	k2 := createKeyJSON(t, db, "--plan", "business", "--name", "fresh")
+	newID, fresh := k2.ID, k2.Key
 	pmWaitAll(t, ts, fresh, 200, time.Now(), "key created while the instances run")
 
 	out, errOut, err := runCLI(t, nil, "keys", "revoke", fmt.Sprint(oldID), "--db", db)
@@ -503,38 +415,6 @@ func TestPostgresKeyRevokedEverywhere(t *testing.T) {
 	}
 }
 
-// pmUsage returns the day count of key id stored for today (UTC).
-func pmUsage(t *testing.T, conn *pgx.Conn, id int64) int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var n int64
-	err := conn.QueryRow(ctx, "SELECT coalesce(sum(count), 0) FROM usage WHERE key_id = $1 AND day = $2::text::date",
-		id, time.Now().UTC().Format(time.DateOnly)).Scan(&n)
-	if err != nil {
-		t.Fatalf("read usage: %v", err)
-	}
-	return n
-}
-
-// pmWaitUsage polls the stored day count of key id until it is want, for
-// at most within.
-func pmWaitUsage(t *testing.T, conn *pgx.Conn, id, want int64, within time.Duration) {
-	t.Helper()
-	start := time.Now()
-	for {
-		n := pmUsage(t, conn, id)
-		if n == want {
-			t.Logf("key %d: the database counts %d requests %v after the last", id, n, time.Since(start).Round(time.Millisecond))
-			return
-		}
-		if n > want || time.Since(start) > within {
-			t.Fatalf("key %d: the database counts %d requests after %v, want %d", id, n, time.Since(start).Round(time.Millisecond), want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // TestPostgresDayQuotaAcrossInstances checks that two instances count a
 // key's day quota together, through the database: requests alternating
 // between them stop near the quota (past it by at most what the instances
@@ -547,9 +427,11 @@ func TestPostgresDayQuotaAcrossInstances(t *testing.T) {
 	base := needPostgres(t)
 	db := postgresSchema(t, base)
 	const quota = 20
-	id, key := pmKey(t, db, "--plan", "enterprise", "--rpm", "1000", "--rpd", fmt.Sprint(quota))
+	k3 := createKeyJSON(t, db, "--plan", "enterprise", "--rpm", "1000", "--rpd", fmt.Sprint(quota))
+	id, key := k3.ID, k3.Key
 	const quota2 = 10
-	id2, key2 := pmKey(t, db, "--plan", "enterprise", "--rpm", "1000", "--rpd", fmt.Sprint(quota2))
+	k4 := createKeyJSON(t, db, "--plan", "enterprise", "--rpm", "1000", "--rpd", fmt.Sprint(quota2))
+	id2, key2 := k4.ID, k4.Key
 	ts := pmStart(t, db, key, 2)
 	conn := pmConnect(t, db)
 
@@ -778,210 +660,6 @@ func TestPostgresConcurrentStartCreatesOneFirstKey(t *testing.T) {
 			}
 		})
 	}
-}
-
-// pmProxy is a TCP proxy to PostgreSQL that the test can break in two
-// ways. cut closes every connection through it and closes every new one at
-// once, as a database that went away does. stall lets nothing through,
-// either way, while keeping every connection open and accepting new ones
-// without answering, as a network that drops packets does; what was sent
-// meanwhile is delivered on restore, as TCP's retransmissions would.
-// restore lets connections through again.
-type pmProxy struct {
-	ln     net.Listener
-	target string
-
-	mu      sync.Mutex
-	cutOff  bool
-	flowing chan struct{} // closed while data flows; open while stalled
-	closed  chan struct{} // closed by the test's cleanup
-	conns   map[net.Conn]struct{}
-	wg      sync.WaitGroup
-}
-
-func pmStartProxy(t *testing.T, target string) *pmProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &pmProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{},
-		flowing: make(chan struct{}), closed: make(chan struct{})}
-	close(p.flowing)
-	p.wg.Go(p.accept)
-	t.Cleanup(func() {
-		ln.Close()
-		close(p.closed)
-		p.cut()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *pmProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *pmProxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return // closed
-		}
-		p.mu.Lock()
-		if p.cutOff {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		p.conns[c] = struct{}{}
-		p.mu.Unlock()
-		p.wg.Go(func() { p.forward(c) })
-	}
-}
-
-// gate returns a channel that is closed while data may flow.
-func (p *pmProxy) gate() chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.flowing
-}
-
-// wait blocks while the proxy is stalled; it reports false when done was
-// closed (or the proxy) meanwhile.
-func (p *pmProxy) wait(done chan struct{}) bool {
-	select {
-	case <-p.gate():
-		return true
-	case <-done:
-		return false
-	case <-p.closed:
-		return false
-	}
-}
-
-func (p *pmProxy) forward(c net.Conn) {
-	done := make(chan struct{})
-	var up net.Conn
-	var once sync.Once
-	closeAll := func() {
-		once.Do(func() {
-			close(done)
-			p.mu.Lock()
-			delete(p.conns, c)
-			if up != nil {
-				delete(p.conns, up)
-			}
-			p.mu.Unlock()
-			c.Close()
-			if up != nil {
-				up.Close()
-			}
-		})
-	}
-	// A client that gives up while the proxy stalls is noticed once it
-	// flows again: the copy then reads the end of its connection.
-	if !p.wait(done) {
-		closeAll()
-		return
-	}
-	conn, err := net.DialTimeout("tcp", p.target, 5*time.Second)
-	if err != nil {
-		closeAll()
-		return
-	}
-	p.mu.Lock()
-	if p.cutOff { // cut while dialling
-		p.mu.Unlock()
-		conn.Close()
-		closeAll()
-		return
-	}
-	up = conn
-	p.conns[up] = struct{}{}
-	p.mu.Unlock()
-	var wg sync.WaitGroup
-	wg.Go(func() { p.copy(up, c, done); closeAll() })
-	wg.Go(func() { p.copy(c, up, done); closeAll() })
-	wg.Wait()
-}
-
-// copy copies from src to dst, holding what it read while the proxy
-// stalls.
-func (p *pmProxy) copy(dst, src net.Conn, done chan struct{}) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			if !p.wait(done) {
-				return
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// cut closes every connection through the proxy, and makes it close new
-// ones at once, until restore.
-func (p *pmProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cutOff = true
-	for c := range p.conns {
-		c.Close()
-	}
-}
-
-// stall stops all data through the proxy, until restore.
-func (p *pmProxy) stall() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	select {
-	case <-p.flowing:
-		p.flowing = make(chan struct{})
-	default: // stalled already
-	}
-}
-
-func (p *pmProxy) restore() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cutOff = false
-	select {
-	case <-p.flowing:
-	default:
-		close(p.flowing)
-	}
-}
-
-// pmTarget returns the host:port of the database URL db.
-func pmTarget(t *testing.T, db string) string {
-	t.Helper()
-	u, err := url.Parse(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if u.Hostname() == "" || strings.HasPrefix(u.Hostname(), "/") {
-		t.Skipf("%s names no TCP host: the outage test needs TCP to put its proxy in between", postgresEnv)
-	}
-	if u.Port() == "" {
-		return net.JoinHostPort(u.Hostname(), "5432")
-	}
-	return u.Host
-}
-
-// pmViaProxy returns db with its host and port replaced by addr.
-func pmViaProxy(t *testing.T, db, addr string) string {
-	t.Helper()
-	u, err := url.Parse(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = addr
-	return u.String()
 }
 
 // pmCreate is the outcome of one create of the outage test.

@@ -2,99 +2,11 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 )
-
-// postgresEnv names the variable that points the tests at a PostgreSQL
-// database (postgres://postgres@127.0.0.1:5432/test): every test that
-// starts a server then runs on a fresh schema of it, and the tests of
-// PostgreSQL alone run. Unset, they run on SQLite, and those skip.
-const postgresEnv = "PETSTORE_TEST_POSTGRES"
-
-// needPostgres returns the database of PETSTORE_TEST_POSTGRES, or skips
-// the test when it is not set.
-func needPostgres(t testing.TB) string {
-	t.Helper()
-	base := os.Getenv(postgresEnv)
-	if base == "" {
-		t.Skip("set " + postgresEnv + "=postgres://... to run the PostgreSQL tests")
-	}
-	return base
-}
-
-// testDB returns the --db of a fresh database for one test: a new schema
-// in PETSTORE_TEST_POSTGRES's database, dropped when the test ends, or a
-// SQLite file in a temporary directory when the variable is not set.
-func testDB(t testing.TB) string {
-	t.Helper()
-	if os.Getenv(postgresEnv) == "" {
-		return filepath.Join(t.TempDir(), "petstore.db")
-	}
-	return postgresSchema(t, needPostgres(t))
-}
-
-// postgresSchema creates a schema of its own for the test in base's
-// database and returns base with search_path set to it. A database that
-// does not answer fails the test: the variable says it should.
-func postgresSchema(t testing.TB, base string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		t.Fatalf("%s is set, but its database does not answer: %v", postgresEnv, err)
-	}
-	defer conn.Close(ctx)
-	var b [6]byte
-	rand.Read(b[:])
-	schema := "petstore_test_" + hex.EncodeToString(b[:])
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatalf("create schema: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatalf("%s: %v", postgresEnv, err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-// openTestStore opens the database db (either kind), migrated, and closes
-// it when the test ends.
-func openTestStore(t testing.TB, db string) Store {
-	t.Helper()
-	s, err := openStore(context.Background(), db, storeOptions{migrate: true, now: time.Now, busy: defaultBusyTimeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
 
 // TestPostgresSchemaVersions checks migrate's answer on PostgreSQL, the
 // refusal of a schema newer than this binary knows, and that a running

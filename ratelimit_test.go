@@ -241,21 +241,6 @@ func TestBanSurvivesRestartUntilUnban(t *testing.T) {
 	}
 }
 
-// get fetches url and returns its body.
-func (ts *testServer) get(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := ts.client.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
-	}
-	return string(b)
-}
-
 func TestKeylessRequestsLimitedByAddress(t *testing.T) {
 	ts := startServer(t, "--anon-rpm", "5")
 	for i := range 5 {

@@ -17,8 +17,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -181,7 +179,8 @@ func TestRedisLimitsHoldAcrossInstances(t *testing.T) {
 	db := postgresSchema(t, base)
 	prefix := redisTestPrefix(t, u)
 	const rpm = 60 // the free plan's; its 1000 a day are not reached here
-	id, key := pmKey(t, db, "--plan", "free", "--name", "shared")
+	k1 := createKeyJSON(t, db, "--plan", "free", "--name", "shared")
+	id, key := k1.ID, k1.Key
 	warm := pmBigKey(t, db)
 	// No ban: the refusals here go on for 70 s.
 	ts := pmStart(t, db, key, 3, "--redis", u, "--redis-prefix", prefix, "--redis-timeout", rmWideTimeout, "--ban-threshold", "1000000000")
@@ -360,7 +359,8 @@ func TestRedisBanReachedOnTwoIsEnforcedOnThird(t *testing.T) {
 	// it holds one for each instance before it unbans, and then wants a
 	// 200 from each, the proof that it is not banned.
 	const rpm = 60
-	id, key := pmKey(t, db, "--plan", "enterprise", "--rpm", fmt.Sprint(rpm), "--rpd", "1000", "--name", "banned")
+	k2 := createKeyJSON(t, db, "--plan", "enterprise", "--rpm", fmt.Sprint(rpm), "--rpd", "1000", "--name", "banned")
+	id, key := k2.ID, k2.Key
 	ts := pmStart(t, db, key, 3, "--redis", u, "--redis-prefix", prefix, "--redis-timeout", rmWideTimeout, "--ban-threshold", "3", "--ban-duration", "15m")
 
 	// Alternating between instances 0 and 1: the bucket's 60 (and what it
@@ -482,117 +482,6 @@ func TestRedisBanReachedOnTwoIsEnforcedOnThird(t *testing.T) {
 	}
 }
 
-// rmRedis is a redis-server of the test's own, which it may kill.
-type rmRedis struct {
-	t     *testing.T
-	bin   string
-	port  int
-	dir   string
-	out   *syncBuffer
-	extra []string // configuration beyond rmStartRedis's own
-	cmd   *exec.Cmd
-	done  chan struct{}
-}
-
-// rmStartRedis starts a redis-server without persistence on a free
-// loopback port, with the extra configuration given (e.g. "--requirepass",
-// "pw"), and kills it when the test ends. Without redis-server in PATH the
-// test skips, but fails when PETSTORE_TEST_REDIS says Redis is there.
-func rmStartRedis(t *testing.T, extra ...string) *rmRedis {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil && os.Getenv(redisEnv) != "" {
-		t.Fatalf("%s is set but redis-server is not in PATH: this test runs a Redis of its own", redisEnv)
-	}
-	if err != nil {
-		t.Skip("redis-server is not in PATH: this test runs a Redis of its own")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	s := &rmRedis{t: t, bin: bin, port: port, dir: t.TempDir(), out: &syncBuffer{}, extra: extra}
-	t.Cleanup(func() {
-		s.kill()
-		if t.Failed() {
-			t.Logf("redis-server output:\n%s", s.out.String())
-		}
-	})
-	s.start()
-	return s
-}
-
-func (s *rmRedis) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
-func (s *rmRedis) url() string  { return "redis://" + s.addr() }
-
-// start starts redis-server, empty, and waits until it answers PING.
-func (s *rmRedis) start() {
-	s.t.Helper()
-	cmd := exec.Command(s.bin, append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir}, s.extra...)...)
-	cmd.Stdout, cmd.Stderr = s.out, s.out
-	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("start redis-server: %v", err)
-	}
-	done := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(done)
-	}()
-	s.cmd, s.done = cmd, done
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := rmPing(s.addr())
-		if err == nil {
-			return
-		}
-		select {
-		case <-done:
-			s.t.Fatalf("redis-server on port %d exited at its start:\n%s", s.port, s.out.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("redis-server on port %d does not answer PING within 10s: %v", s.port, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// kill kills redis-server with SIGKILL, as a crash does, and waits for it
-// to end.
-func (s *rmRedis) kill() {
-	if s.cmd == nil {
-		return
-	}
-	s.cmd.Process.Kill()
-	<-s.done
-	s.cmd = nil
-}
-
-// rmPing sends PING to the Redis at addr and wants PONG, or NOAUTH from
-// a Redis with a password: it answers.
-func rmPing(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, 500*time.Millisecond)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	b, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if b != "+PONG\r\n" && !strings.HasPrefix(b, "-NOAUTH ") {
-		return fmt.Errorf("PING answered %q", b)
-	}
-	return nil
-}
-
 // rmLoad sends GET /v1/categories with key to ts from a few goroutines
 // until stop is called (at most perWorker requests each, and a minute),
 // and returns what each saw.
@@ -656,7 +545,8 @@ func TestRedisOutageFallsBackAndReturns(t *testing.T) {
 	rs := rmStartRedis(t)
 	db := testDB(t)
 	const rpd = 50000 // binds: the minute's 100000 are far from reached
-	id, key := pmKey(t, db, "--plan", "enterprise", "--rpm", "100000", "--rpd", fmt.Sprint(rpd), "--name", "outage")
+	k3 := createKeyJSON(t, db, "--plan", "enterprise", "--rpm", "100000", "--rpd", fmt.Sprint(rpd), "--name", "outage")
+	id, key := k3.ID, k3.Key
 	const prefix = "outage:"
 	// 500 ms rather than the default 50: this test is about a Redis that
 	// is gone (which fails at once), not one that is slow, and a call that

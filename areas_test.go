@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPetByIDDeprecation(t *testing.T) {
+	ts := startServer(t, "--public-url", "https://api.example.net/v1")
+	limited := createKey(t, ts.db, "--plan", "enterprise", "--rpm", "1", "--rpd", "100")
+	ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"Dog"}`)
+	ts.do(t, "POST", "/v1/pets", ts.key, `{"name":"Rex","categoryId":1}`)
+	waitStatus(t, ts, limited, 200)
+
+	wantHeaders := map[string]string{
+		"Deprecation":     "@1767225600", // 2026-01-01T00:00:00Z
+		"Sunset":          "Thu, 01 Jul 2027 00:00:00 GMT",
+		"Link":            `<https://api.example.net/v1/pets>; rel="successor-version"`,
+		"X-API-Stability": "beta",
+	}
+	for _, tt := range []struct {
+		name, path, key string
+		status          int
+	}{
+		{"found", "/v1/pets/1", ts.key, 200},
+		{"not found", "/v1/pets/2", ts.key, 404},
+		{"bad id", "/v1/pets/x", ts.key, 400},
+		{"no key", "/v1/pets/1", "", 401},
+		{"rate limited", "/v1/pets/1", limited, 429},
+		{"wrong method", "/v1/pets/1", ts.key, 405},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			method := "GET"
+			if tt.status == 405 {
+				method = "DELETE"
+			}
+			r := ts.do(t, method, tt.path, tt.key, "")
+			if r.status != tt.status {
+				t.Fatalf("status = %d, want %d", r.status, tt.status)
+			}
+			for name, want := range wantHeaders {
+				if got := r.header.Get(name); got != want {
+					t.Errorf("%s = %q, want %q", name, got, want)
+				}
+			}
+		})
+	}
+	for _, path := range []string{"/v1/pets", "/v1/categories"} {
+		if r := ts.do(t, "GET", path, ts.key, ""); r.header.Get("Deprecation") != "" || r.header.Get("Sunset") != "" {
+			t.Errorf("%s carries deprecation headers", path)
+		}
+	}
+}
+
+func TestPetByIDAfterSunset(t *testing.T) {
+	ts := startServer(t, "--pets-deprecated-at", "2025-06-01", "--pets-sunset-at", "2026-02-01T12:00:00Z")
+	ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"Dog"}`)
+	ts.do(t, "POST", "/v1/pets", ts.key, `{"name":"Rex","categoryId":1}`)
+	for _, key := range []string{ts.key, ""} {
+		r := ts.do(t, "GET", "/v1/pets/1", key, "")
+		wantError(t, r, 410, "gone")
+		if r.header.Get("Sunset") != "Sun, 01 Feb 2026 12:00:00 GMT" || r.header.Get("Deprecation") != fmt.Sprintf("@%d", time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC).Unix()) {
+			t.Errorf("410: Sunset %q, Deprecation %q", r.header.Get("Sunset"), r.header.Get("Deprecation"))
+		}
+	}
+	if r := ts.do(t, "GET", "/v1/pets", ts.key, ""); r.status != 200 {
+		t.Errorf("the successor after the sunset: %d", r.status)
+	}
+
+	for _, args := range [][]string{
+		{"--pets-sunset-at", "next year"},
+		{"--pets-deprecated-at", "2026-13-01"},
+		{"--pets-deprecated-at", "2027-01-01", "--pets-sunset-at", "2026-01-01"},
+	} {
+		_, _, err := runCLI(t, nil, append([]string{"serve", "--admin-addr", "off"}, args...)...)
+		if code := exitCode(err, &bytes.Buffer{}); code != 2 {
+			t.Errorf("serve %v: exit %d (%v), want 2", args, code, err)
+		}
+	}
+}
+
+// TestEscapedPathKeepsAreaHeaders checks that an escaped letter in the
+// path, which the router decodes and so still reaches the operation, does
+// not lose the stability and deprecation headers.
+func TestEscapedPathKeepsAreaHeaders(t *testing.T) {
+	ts := startServer(t)
+	addr := strings.TrimPrefix(ts.base, "http://")
+	ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"Dog"}`)
+	ts.do(t, "POST", "/v1/pets", ts.key, `{"name":"Rex","categoryId":1}`)
+	auth := []string{"Authorization", "Bearer " + ts.key}
+	for _, tt := range []struct {
+		path, stability string
+		deprecated      bool
+	}{
+		{"/v1/p%65ts/1", "beta", true}, // GET /v1/pets/{petId}
+		{"/%761/pets/1", "beta", true},
+		{"/v1/p%65ts", "beta", false},                 // GET /v1/pets
+		{"/v1/st%6fre/orders", "experimental", false}, // GET /v1/store/orders
+	} {
+		res, err := rawExchange(addr, rawRequest("GET", tt.path, auth, ""), false)
+		if err != nil || res.closed {
+			t.Fatalf("%s: no answer: %v", tt.path, err)
+		}
+		if res.status != 200 {
+			t.Errorf("%s: status %d: %s", tt.path, res.status, res.body)
+		}
+		if got := res.header.Get("X-API-Stability"); got != tt.stability {
+			t.Errorf("%s: X-API-Stability %q, want %q", tt.path, got, tt.stability)
+		}
+		for _, h := range []string{"Deprecation", "Sunset", "Link"} {
+			if got := res.header.Get(h); (got != "") != tt.deprecated {
+				t.Errorf("%s: %s %q, want it only on the deprecated operation", tt.path, h, got)
+			}
+		}
+	}
+	// Paths the router answers with 404 reach no operation, so they are
+	// told of no deprecation.
+	for _, p := range []string{"/v1/pets/.", "/v1/pets/..", "/v1/pets/%2E", "/v1/pets/%2F"} {
+		res, err := rawExchange(addr, rawRequest("GET", p, auth, ""), false)
+		if err != nil || res.status != 404 {
+			t.Fatalf("%s: %v, status %d, want 404", p, err, res.status)
+		}
+		for _, h := range []string{"Deprecation", "Sunset", "Link"} {
+			if got := res.header.Get(h); got != "" {
+				t.Errorf("%s: 404 not_found, yet %s %q", p, h, got)
+			}
+		}
+	}
+}
