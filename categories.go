@@ -111,9 +111,9 @@ func handleCategoryCreate(store Store, idem *idempotency) http.Handler {
 			var taken *nameTaken
 			switch {
 			case errors.As(err, &taken) && taken.name != c.Name:
-				return errorf("conflict", "a category named %q exists already, and %q is the same name (names are compared ignoring case)", taken.name, c.Name)
+				return errorf("conflict", "a category named %q exists already, and %q is the same name (names are compared ignoring case, width and invisible characters)", taken.name, c.Name)
 			case errors.Is(err, errConflict):
-				return errorf("conflict", "a category named %q exists already (names are compared ignoring case)", c.Name)
+				return errorf("conflict", "a category named %q exists already (names are compared ignoring case, width and invisible characters)", c.Name)
 			}
 			return nil
 		})

@@ -428,7 +428,7 @@ func TestStoredAnswersFitTheCap(t *testing.T) {
 			Category{ID: 1 << 62, Name: name, Description: &desc},
 			Pet{ID: 1 << 62, Name: name, CategoryID: 1 << 62, Status: "available"},
 			Order{ID: 1 << 62, PetID: 1 << 62, Quantity: maxOrderQuantity, Status: "placed", CreatedAt: time.Now().UTC().Format(time.RFC3339)},
-			errorf("conflict", "a category named %q exists already (names are compared ignoring case)", name),
+			errorf("conflict", "a category named %q exists already (names are compared ignoring case, width and invisible characters)", name),
 		} {
 			var buf bytes.Buffer
 			if err := encodeJSON(&buf, v); err != nil {
