@@ -512,7 +512,7 @@ func TestKeysCommandsNeedTheDatabase(t *testing.T) {
 // gets the largest id + 1.
 func TestMigrationDropsAutoincrement(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "v6.db")
-	db, err := sql.Open("sqlite", dsn(path, false, time.Second))
+	db, err := sql.Open("sqlite", sqliteDSN(path, false, time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -532,7 +532,7 @@ func TestMigrationDropsAutoincrement(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Close() // closes db
-	db, err = sql.Open("sqlite", dsn(path, false, time.Second))
+	db, err = sql.Open("sqlite", sqliteDSN(path, false, time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -575,7 +575,7 @@ func TestMigrationDropsAutoincrement(t *testing.T) {
 	if _, _, err := runCLI(t, nil, "migrate", "--db", path); err != nil {
 		t.Fatal(err)
 	}
-	db, err = sql.Open("sqlite", dsn(path, false, time.Second))
+	db, err = sql.Open("sqlite", sqliteDSN(path, false, time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ import (
 // PETSTORE_TEST_LOCK: it takes the write lock of that database, says
 // "locked" on stdout, and holds the lock until stdin closes.
 func lockDatabase(path string) {
-	db, err := sql.Open("sqlite", dsn(path, false, time.Second))
+	db, err := sql.Open("sqlite", sqliteDSN(path, false, time.Second))
 	if err != nil {
 		fmt.Println(err)
 		os.Exit(1)
@@ -169,8 +169,8 @@ func TestReadOnlyStorage(t *testing.T) {
 	if err == nil {
 		t.Fatal("an insert through a read-only connection succeeded")
 	}
-	if !errors.Is(describe(err), errUnavailable) {
-		t.Errorf("describe(%v) is not errUnavailable, so the client would get a 500", err)
+	if !errors.Is(sqliteDescribe(err), errUnavailable) {
+		t.Errorf("sqliteDescribe(%v) is not errUnavailable, so the client would get a 500", err)
 	}
 }
 
