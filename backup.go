@@ -49,7 +49,7 @@ func backupDatabase(ctx context.Context, path, dest string, busy time.Duration) 
 	tmp.Close()
 	defer os.Remove(tmpName)
 	if _, err := db.ExecContext(ctx, "VACUUM INTO ?", tmpName); err != nil {
-		return fmt.Errorf("backup: %w", describe(err))
+		return fmt.Errorf("backup: %w", sqliteDescribe(err))
 	}
 	f, err := os.OpenFile(tmpName, os.O_RDWR, 0)
 	if err != nil {

@@ -166,8 +166,12 @@ type categoryLists struct {
 	busy time.Duration
 }
 
-// localGen is a store whose CategoriesGen is a counter in this process's
-// memory, never an error and never a wait (SQLite).
+// localGen is what a store whose CategoriesGen is a counter in this
+// process's memory, never an error and never a wait, offers besides Store
+// (SQLite does; PostgreSQL's generation lives in the database). It is an
+// optional interface, not a concrete type, so this file names no store; a
+// store that wraps another (as a test's does) hides it and takes the path
+// with a deadline.
 type localGen interface{ localCategoriesGen() uint64 }
 
 // pageKey names a page of the list: ?after_id=afterID&limit=limit.

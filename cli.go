@@ -1,6 +1,6 @@
 // cli.go owns the command line: run, flag parsing with PETSTORE_*
-// defaults, serveConfig and its validation, and the serve, migrate, backup
-// and version commands (the keys commands are in cli_keys.go).
+// defaults, and the migrate, backup and version commands (serve's flags
+// are in cli_serve.go, the keys commands in cli_keys.go).
 
 package main
 
@@ -10,10 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
-	"net/url"
-	"slices"
 	"strings"
 	"time"
 )
@@ -259,171 +255,6 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string, std
 	return pos, nil
 }
 
-func checkEnv(env string) error {
-	if !slices.Contains(environments, env) {
-		return usagef("--env must be %s, got %q", orList(environments), env)
-	}
-	return nil
-}
-
-// serveConfig is the configuration of the serve command.
-type serveConfig struct {
-	db               string
-	dbMaxConns       int
-	addr             string
-	adminAddr        string
-	env              string
-	publicURL        string
-	trustProxy       bool
-	anonRPM          int64
-	maxAddrs         int
-	banThreshold     int64
-	banDuration      time.Duration
-	banHold          time.Duration
-	petsDeprecatedAt time.Time
-	petsSunsetAt     time.Time
-	redis            string // a redis:// URL, or empty for in-process limits only
-	redisTimeout     time.Duration
-	redisPrefix      string // empty: petstore:<deployment id>: (redisPrefixOf)
-	idempotencyTTL   time.Duration
-	corsOrigins      string     // --cors-origins as given
-	cors             corsPolicy // what validate made of it
-
-	busyTimeout       time.Duration
-	shutdownTimeout   time.Duration
-	readHeaderTimeout time.Duration
-	readTimeout       time.Duration
-	writeTimeout      time.Duration
-	idleTimeout       time.Duration
-	logFormat         string
-	logLevel          slog.Level
-}
-
-// validate checks the configuration as the flags gave it, naming the first
-// bad value in a usage error, and normalises what has two spellings (an
-// --admin-addr of off, a --public-url with a trailing slash).
-func (cfg *serveConfig) validate() error {
-	if err := checkEnv(cfg.env); err != nil {
-		return err
-	}
-	if cfg.adminAddr == "off" {
-		cfg.adminAddr = ""
-	}
-	if err := checkHostPort(cfg.addr); err != nil {
-		return usagef("--addr must be host:port, got %q: %v", cfg.addr, err)
-	}
-	if err := checkHostPort(cfg.adminAddr); err != nil && cfg.adminAddr != "" {
-		return usagef("--admin-addr must be host:port or empty, got %q: %v", cfg.adminAddr, err)
-	}
-	switch {
-	case cfg.anonRPM < 1 || cfg.anonRPM > limMaxRPM:
-		return usagef("--anon-rpm must be 1 to %d, got %d", limMaxRPM, cfg.anonRPM)
-	case cfg.maxAddrs < 1:
-		return usagef("--max-addrs must be at least 1, got %d", cfg.maxAddrs)
-	case cfg.banThreshold < 1:
-		return usagef("--ban-threshold must be at least 1, got %d", cfg.banThreshold)
-	case cfg.banDuration < time.Second:
-		return usagef("--ban-duration must be at least 1s, got %v", cfg.banDuration)
-	case cfg.banHold < 0 || cfg.banHold > maxBanHold:
-		return usagef("--ban-hold must be 0 to %v, got %v", maxBanHold, cfg.banHold)
-	case !slices.Contains(logFormats, cfg.logFormat):
-		return usagef("--log-format must be %s, got %q", orList(logFormats), cfg.logFormat)
-	case cfg.shutdownTimeout < 0:
-		return usagef("--shutdown-timeout must not be negative, got %v", cfg.shutdownTimeout)
-	case cfg.dbMaxConns < 1:
-		return usagef("--db-max-conns must be at least 1, got %d", cfg.dbMaxConns)
-	case cfg.busyTimeout < time.Millisecond:
-		return usagef("--busy-timeout must be at least 1ms, got %v", cfg.busyTimeout)
-	case cfg.readHeaderTimeout <= 0, cfg.readTimeout <= 0, cfg.writeTimeout <= 0, cfg.idleTimeout <= 0:
-		return usagef("--read-header-timeout, --read-timeout, --write-timeout and --idle-timeout must be positive, got %v, %v, %v, %v",
-			cfg.readHeaderTimeout, cfg.readTimeout, cfg.writeTimeout, cfg.idleTimeout)
-	case cfg.idempotencyTTL < time.Minute:
-		return usagef("--idempotency-ttl must be at least 1m, got %v", cfg.idempotencyTTL)
-	case cfg.redisTimeout < time.Millisecond:
-		return usagef("--redis-timeout must be at least 1ms, got %v", cfg.redisTimeout)
-	case cfg.petsSunsetAt.Before(cfg.petsDeprecatedAt):
-		return usagef("--pets-sunset-at (%s) must not be before --pets-deprecated-at (%s)",
-			cfg.petsSunsetAt.Format(time.RFC3339), cfg.petsDeprecatedAt.Format(time.RFC3339))
-	}
-	if u, err := url.Parse(cfg.publicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" ||
-		strings.Contains(cfg.publicURL, "#") ||
-		u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
-		return usagef("--public-url must be an absolute http(s) URL without a query or fragment, got %q", cfg.publicURL)
-	}
-	// Paths are appended to it ("/categories?..." in a Link): a trailing
-	// slash would make "//categories", which is a 404 here.
-	cfg.publicURL = strings.TrimRight(cfg.publicURL, "/")
-	var err error
-	if cfg.cors, err = parseCORSOrigins(cfg.corsOrigins); err != nil {
-		return usagef("%v", err)
-	}
-	if cfg.redis != "" {
-		if _, err := parseRedisURL(cfg.redis); err != nil {
-			return usagef("%v", err)
-		}
-	}
-	return checkDBPath(cfg.db)
-}
-
-func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, err := parseServe(args, getenv, stdout)
-	if err != nil {
-		return helpIsNoError(err)
-	}
-	return serve(ctx, cfg, stderr)
-}
-
-// parseServe reads the serve command's flags and environment into a
-// validated serveConfig.
-func parseServe(args []string, getenv func(string) string, stdout io.Writer) (serveConfig, error) {
-	fs := newFlagSet("serve")
-	var cfg serveConfig
-	fs.StringVar(&cfg.db, "db", "petstore.db", dbUsage)
-	fs.IntVar(&cfg.dbMaxConns, "db-max-conns", defaultMaxConns, "PostgreSQL connections this instance opens at most, `N`; instances x N must stay below the server's max_connections")
-	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "`HOST:PORT` to listen on; loopback by default, so a first run is not open to the network (:8080 listens on every interface)")
-	fs.StringVar(&cfg.env, "env", "production", "the environment whose keys are accepted, `"+strings.Join(environments, "|")+"`")
-	fs.StringVar(&cfg.publicURL, "public-url", "http://localhost:8080/v1", "the base `URL` clients use, advertised in the OpenAPI document")
-	fs.StringVar(&cfg.adminAddr, "admin-addr", "127.0.0.1:9090", "`HOST:PORT` of the admin listener (metrics, health); empty or off turns it off")
-	fs.BoolVar(&cfg.trustProxy, "trust-proxy", false, "take the client address from the last X-Forwarded-For entry")
-	fs.Int64Var(&cfg.anonRPM, "anon-rpm", 60, "requests per minute, `N`, for each client address without a valid key")
-	fs.IntVar(&cfg.maxAddrs, "max-addrs", 100_000, "client addresses whose rate limits are tracked at most, `N`")
-	fs.Int64Var(&cfg.banThreshold, "ban-threshold", 60, "refused requests within a minute, `N`, that get a key banned")
-	fs.DurationVar(&cfg.banDuration, "ban-duration", 15*time.Minute, "how long a ban lasts, a `DURATION`")
-	fs.DurationVar(&cfg.banHold, "ban-hold", defaultBanHold, "how long a banned key's request waits for its 429, a `DURATION` (0: none), so that a client looping on it sends few")
-	cfg.petsDeprecatedAt = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	cfg.petsSunsetAt = time.Date(2027, 7, 1, 0, 0, 0, 0, time.UTC)
-	fs.Var((*dateFlag)(&cfg.petsDeprecatedAt), "pets-deprecated-at", "when GET /v1/pets/{petId} was deprecated: a `DATE` (YYYY-MM-DD, 00:00 UTC) or an RFC 3339 time")
-	fs.Var((*dateFlag)(&cfg.petsSunsetAt), "pets-sunset-at", "when GET /v1/pets/{petId} stops working (410): a `DATE` (YYYY-MM-DD, 00:00 UTC) or an RFC 3339 time")
-	fs.StringVar(&cfg.redis, "redis", "", "a redis:// or rediss:// `URL`: rate limits shared by every instance that uses it; empty keeps them in this process")
-	fs.DurationVar(&cfg.redisTimeout, "redis-timeout", defaultRedisTimeout, "how long a request waits for Redis, a `DURATION`, before this instance falls back to its own limits")
-	fs.StringVar(&cfg.redisPrefix, "redis-prefix", "", "the `TEXT` the names of petstore's keys in Redis begin with; empty: petstore:<deployment id>:, the database's own random id, so that two deployments on one Redis never share limits")
-	fs.StringVar(&cfg.corsOrigins, "cors-origins", "", "browser origins that may call the API: a comma-separated `LIST` of scheme://host[:port], or *; empty: none")
-	fs.DurationVar(&cfg.idempotencyTTL, "idempotency-ttl", defaultIdemTTL, "how long the answer to a POST sent with an Idempotency-Key is kept for its retries, a `DURATION`")
-	fs.DurationVar(&cfg.busyTimeout, "busy-timeout", defaultBusyTimeout, "how long an operation waits for the database (a SQLite lock another process holds; PostgreSQL's connection, locks and answer), a `DURATION`, before it answers 503")
-	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long requests in flight may take to finish on SIGTERM, a `DURATION`")
-	fs.DurationVar(&cfg.readHeaderTimeout, "read-header-timeout", 5*time.Second, "how long a client may take to send its request headers, a `DURATION`")
-	fs.DurationVar(&cfg.readTimeout, "read-timeout", 30*time.Second, "how long a client may take to send a whole request, a `DURATION`")
-	fs.DurationVar(&cfg.writeTimeout, "write-timeout", 60*time.Second, "how long writing a response may take, a `DURATION`")
-	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle keep-alive connection stays open, a `DURATION`")
-	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format, `"+strings.Join(logFormats, "|")+"`")
-	cfg.logLevel = slog.LevelInfo
-	fs.Var(levelFlag{&cfg.logLevel}, "log-level", "log level, `"+strings.Join(logLevelNames(), "|")+"`")
-	if _, err := parseFlags(fs, args, getenv, stdout, 0); err != nil {
-		return serveConfig{}, err
-	}
-	return cfg, cfg.validate()
-}
-
-// checkHostPort checks that addr is host:port with a port net.Listen takes.
-func checkHostPort(addr string) error {
-	_, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return err
-	}
-	_, err = net.LookupPort("tcp", port)
-	return err
-}
-
 // dateFlag is a flag.Value for a time given as YYYY-MM-DD (00:00 UTC) or
 // as an RFC 3339 timestamp.
 type dateFlag time.Time
@@ -448,35 +279,6 @@ func (d *dateFlag) Set(s string) error {
 	*d = dateFlag(t.UTC())
 	return nil
 }
-
-// logFormats are the values of --log-format.
-var logFormats = []string{"text", "json"}
-
-// logLevels are the levels --log-level names; it takes slog's spellings
-// (INFO, info, warn+2) too.
-var logLevels = []slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError}
-
-func logLevelNames() []string {
-	var names []string
-	for _, l := range logLevels {
-		names = append(names, strings.ToLower(l.String()))
-	}
-	return names
-}
-
-// levelFlag is the flag.Value of --log-level: slog's level, written in
-// lower case as the docs write it. Its zero value writes nothing, so that
-// -h shows the default (info) however the level is set.
-type levelFlag struct{ l *slog.Level }
-
-func (f levelFlag) String() string {
-	if f.l == nil {
-		return ""
-	}
-	return strings.ToLower(f.l.String())
-}
-
-func (f levelFlag) Set(s string) error { return f.l.UnmarshalText([]byte(s)) }
 
 func helpIsNoError(err error) error {
 	if errors.Is(err, errHelp) {

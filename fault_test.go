@@ -148,8 +148,8 @@ func TestReadOnlyStorage(t *testing.T) {
 	if err == nil {
 		t.Fatal("an insert through a read-only connection succeeded")
 	}
-	if !errors.Is(describe(err), errUnavailable) {
-		t.Errorf("describe(%v) is not errUnavailable, so the client would get a 500", err)
+	if !errors.Is(sqliteDescribe(err), errUnavailable) {
+		t.Errorf("sqliteDescribe(%v) is not errUnavailable, so the client would get a 500", err)
 	}
 }
 

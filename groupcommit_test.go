@@ -123,8 +123,8 @@ func TestGroupCommitBatchesOnOneCPU(t *testing.T) {
 func TestGroupCommitFailsBatchWhenTransactionIsLost(t *testing.T) {
 	s := testStore(t, filepath.Join(t.TempDir(), "l.db"), true)
 	g := s.group
-	insert := func(name string) func(tx *batchTx) error {
-		return func(tx *batchTx) error {
+	insert := func(name string) func(tx *sqliteBatchTx) error {
+		return func(tx *sqliteBatchTx) error {
 			_, err := tx.Exec("INSERT INTO categories (name, fold) VALUES (?, ?)", name, name)
 			return err
 		}
@@ -134,7 +134,7 @@ func TestGroupCommitFailsBatchWhenTransactionIsLost(t *testing.T) {
 	started, release := make(chan struct{}), make(chan struct{})
 	releaseOnce := sync.OnceFunc(func() { close(release) })
 	t.Cleanup(releaseOnce) // before the store's cleanup, which waits for the loop
-	go g.write(context.Background(), func(tx *batchTx) error {
+	go g.write(context.Background(), func(tx *sqliteBatchTx) error {
 		close(started)
 		<-release
 		return insert("first")(tx)
@@ -155,7 +155,7 @@ func TestGroupCommitFailsBatchWhenTransactionIsLost(t *testing.T) {
 		if name == "interrupted" {
 			// A statement that runs until its context ends: SQLite is
 			// interrupted in the middle of an INSERT.
-			fn = func(tx *batchTx) error {
+			fn = func(tx *sqliteBatchTx) error {
 				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 				defer cancel()
 				_, err := tx.ExecContext(ctx, `INSERT INTO categories (name, fold)

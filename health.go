@@ -30,9 +30,9 @@ func handleReady(store Store, lim rateLimiter) http.Handler {
 		// Redis that does not answer leaves the instance ready: it limits
 		// requests on its own meanwhile (DECISIONS.md section 8).
 		body := map[string]string{"status": "ready"}
-		if rl, ok := lim.(*redisLimiter); ok {
+		if b := lim.backend(); b.shared {
 			body["limits"], body["redis"] = "local", "not answering"
-			if rl.up.Load() {
+			if b.up {
 				body["limits"], body["redis"] = "redis", "up"
 			}
 		}

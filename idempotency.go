@@ -310,15 +310,3 @@ func (idem *idempotency) purge(ctx context.Context, log *slog.Logger) {
 		}
 	}
 }
-
-// clockKey carries a test's clock into serve, through run's context: the
-// time that idempotent answers are stored and expire by. main never sets
-// one.
-type clockKey struct{}
-
-func clockOf(ctx context.Context) func() time.Time {
-	if now, ok := ctx.Value(clockKey{}).(func() time.Time); ok {
-		return now
-	}
-	return time.Now
-}

@@ -279,6 +279,9 @@ func (l *limiter) sweep() {
 	l.sweepAddrs(now)
 }
 
+// backend says the in-process limiter shares nothing.
+func (l *limiter) backend() limiterBackend { return limiterBackend{} }
+
 // stats counts the keys and addresses the limiter tracks.
 func (l *limiter) stats() limiterStats {
 	var st limiterStats

@@ -230,6 +230,11 @@ func (r *redisLimiter) run(ctx context.Context) {
 }
 
 // close closes the client, once.
+// backend reports Redis and how the calls to it went.
+func (r *redisLimiter) backend() limiterBackend {
+	return limiterBackend{shared: true, up: r.up.Load(), calls: r.calls.Load(), fails: r.fails.Load()}
+}
+
 func (r *redisLimiter) close() {
 	r.closeOnce.Do(func() {
 		if c := r.client.Load(); c != nil {

@@ -103,20 +103,20 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		OnBan:        func(id int64, until time.Time) { bans.push(keyBan{id, until}) },
 	})
 	var limits rateLimiter = lim
-	var shared *redisLimiter
+	var redisLim *redisLimiter
 	redisPrefix := ""
 	if cfg.redis != "" {
 		if redisPrefix, err = redisPrefixOf(ctx, cfg.redisPrefix, store.DeploymentID); err != nil {
 			return err
 		}
-		if shared, err = newRedisLimiter(ctx, redisOptions{url: cfg.redis, prefix: redisPrefix, timeout: cfg.redisTimeout}, lim, logger); err != nil {
+		if redisLim, err = newRedisLimiter(ctx, redisOptions{url: cfg.redis, prefix: redisPrefix, timeout: cfg.redisTimeout}, lim, logger); err != nil {
 			return err
 		}
-		defer shared.close() // run closes it too; this covers a start that fails
-		limits = shared
+		defer redisLim.close() // run closes it too; this covers a start that fails
+		limits = redisLim
 	}
 	metrics := newServerMetrics(limits, store)
-	metrics.limitsShared(shared)
+	metrics.limitsShared(limits)
 	metrics.logsDropped(&logs.lost)
 	keys := newKeyring(store, cfg.env, clockOf(ctx), func(k *apiKey) { limits.setBan(k.Lineage, k.BannedUntil) })
 	if err := keys.refresh(ctx); err != nil {
@@ -166,8 +166,8 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		wg.Wait()
 	}()
 	wg.Go(func() { keys.watch(bgCtx, time.Second, logger) })
-	if shared != nil {
-		wg.Go(func() { shared.run(bgCtx) })
+	if redisLim != nil {
+		wg.Go(func() { redisLim.run(bgCtx) })
 	}
 	up := &upkeep{lim: limits, store: store, keys: keys, bans: bans, m: metrics, log: logger, shared: isPostgresURL(cfg.db), now: time.Now}
 	wg.Go(func() { up.run(bgCtx) })

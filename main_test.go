@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 // PETSTORE_TEST_LOCK: it takes the write lock of that database, says
 // "locked" on stdout, and holds the lock until stdin closes.
 func lockDatabase(path string) {
-	db, err := sql.Open("sqlite", dsn(path, false, time.Second))
+	db, err := sql.Open("sqlite", sqliteDSN(path, false, time.Second))
 	if err != nil {
 		fmt.Println(err)
 		os.Exit(1)

@@ -107,20 +107,22 @@ func newServerMetrics(lim rateLimiter, store Store) *serverMetrics {
 	return m
 }
 
-// limitsShared adds the metrics of the Redis limiter r, if there is one.
-func (m *serverMetrics) limitsShared(r *redisLimiter) {
-	if r == nil {
+// limitsShared adds the metrics of a limiter that keeps its counts in
+// Redis; lim of any other backend adds none.
+func (m *serverMetrics) limitsShared(lim rateLimiter) {
+	if !lim.backend().shared {
 		return
 	}
 	m.set.NewGauge("petstore_ratelimit_backend_up", func() float64 {
-		if r.up.Load() {
+		if lim.backend().up {
 			return 1
 		}
 		return 0
 	})
 	m.set.RegisterMetricsWriter(func(w io.Writer) {
-		vm.WriteCounterUint64(w, "petstore_redis_calls_total", uint64(r.calls.Load()))
-		vm.WriteCounterUint64(w, "petstore_redis_failures_total", uint64(r.fails.Load()))
+		b := lim.backend()
+		vm.WriteCounterUint64(w, "petstore_redis_calls_total", uint64(b.calls))
+		vm.WriteCounterUint64(w, "petstore_redis_failures_total", uint64(b.fails))
 	})
 }
 

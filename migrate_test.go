@@ -138,7 +138,7 @@ func TestConcurrentMigrationsLeaveDatabaseClean(t *testing.T) {
 // gets the largest id + 1.
 func TestMigrationDropsAutoincrement(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "v6.db")
-	db, err := sql.Open("sqlite", dsn(path, false, time.Second))
+	db, err := sql.Open("sqlite", sqliteDSN(path, false, time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestMigrationDropsAutoincrement(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Close() // closes db
-	db, err = sql.Open("sqlite", dsn(path, false, time.Second))
+	db, err = sql.Open("sqlite", sqliteDSN(path, false, time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestMigrationDropsAutoincrement(t *testing.T) {
 	if _, _, err := runCLI(t, nil, "migrate", "--db", path); err != nil {
 		t.Fatal(err)
 	}
-	db, err = sql.Open("sqlite", dsn(path, false, time.Second))
+	db, err = sql.Open("sqlite", sqliteDSN(path, false, time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

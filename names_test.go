@@ -120,7 +120,7 @@ func migrateTestDB(t *testing.T, db string, v uint) {
 		conn = stdlib.OpenDB(*cfg)
 		drv, err = migratepgx.WithInstance(conn, &migratepgx.Config{})
 	} else {
-		if conn, err = sql.Open("sqlite", dsn(db, false, time.Second)); err != nil {
+		if conn, err = sql.Open("sqlite", sqliteDSN(db, false, time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		drv, err = migratesqlite.WithInstance(conn, &migratesqlite.Config{})
@@ -154,7 +154,7 @@ func execTestDB(t *testing.T, db, query string, args ...any) {
 			t.Fatal(perr)
 		}
 		conn = stdlib.OpenDB(*cfg)
-	} else if conn, err = sql.Open("sqlite", dsn(db, false, time.Second)); err != nil {
+	} else if conn, err = sql.Open("sqlite", sqliteDSN(db, false, time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()

@@ -48,51 +48,6 @@ type pgStore struct {
 	names             nameFill // postgres_catalog.go
 }
 
-// isPostgresURL reports whether db names a PostgreSQL database rather than
-// a SQLite file.
-func isPostgresURL(db string) bool {
-	scheme, _, ok := strings.Cut(db, "://")
-	return ok && (strings.EqualFold(scheme, "postgres") || strings.EqualFold(scheme, "postgresql"))
-}
-
-// redactDB returns db as it may be shown: a URL (PostgreSQL's, or the
-// --redis one) with its password, in the user part or the query, replaced
-// by xxxxx; a SQLite path as it is.
-func redactDB(db string) string {
-	if !strings.Contains(db, "://") {
-		return db
-	}
-	u, err := url.Parse(db)
-	if err != nil {
-		return "(a database URL that does not parse)"
-	}
-	if q := u.Query(); len(q) > 0 {
-		changed := false
-		for k := range q {
-			if strings.Contains(strings.ToLower(k), "password") {
-				q.Set(k, "xxxxx")
-				changed = true
-			}
-		}
-		if changed {
-			u.RawQuery = q.Encode()
-		}
-	}
-	return u.Redacted()
-}
-
-// withoutPassword is msg with u's password replaced by xxxxx.
-func withoutPassword(msg string, u *url.URL) string {
-	if pw, ok := u.User.Password(); ok && pw != "" {
-		msg = strings.ReplaceAll(msg, pw, "xxxxx")
-	}
-	return msg
-}
-
-// percentEncodeHint ends the messages that refuse a URL for a character
-// that should have been percent-encoded.
-const percentEncodeHint = "percent-encode the user name and password (@ as %40, / as %2F, ? as %3F, # as %23, : as %3A, % as %25, a space as %20)"
-
 // checkPostgresURL refuses, as bad usage, a postgres:// URL that does not
 // parse, or that Go's URL parser (which redactDB masks by) and the driver
 // read differently (pgURLReadsAlike). Its messages quote no part of the
@@ -423,7 +378,7 @@ func isPostgresError(err error) bool {
 }
 
 // pgChunks calls fn with every row of query, in ascending id order, reading
-// listChunk rows at a time (inChunks), as eachChunk does on SQLite: query's
+// listChunk rows at a time (inChunks), as sqliteEachChunk does on SQLite: query's
 // last two parameters are the id to start after and the number of rows.
 func pgChunks[T any](ctx context.Context, s *pgStore, what string, scan pgx.RowToFunc[T], idOf func(T) int64, fn func(T) error, query string, args ...any) error {
 	return inChunks(func(after int64) ([]T, error) {

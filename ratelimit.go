@@ -17,8 +17,9 @@ import (
 // rateLimiter is what the rest of petstore needs of a limiter: the request
 // path counts a request of a key or of an address; serve loads the day
 // counts and the keyring's bans into it; the upkeep takes and returns day
-// counts, reads bans and sweeps; the metrics read its size. The in-process
-// limiter (limits.go) is one.
+// counts, reads bans and sweeps; the metrics read its size, and they and
+// /readyz its backend. The in-process limiter (limits.go) is one; the Redis
+// one (limits_redis.go) another.
 type rateLimiter interface {
 	allowKey(id int64, rpm, rpd int64) decision
 	allowAddr(addr netip.Addr) decision
@@ -29,6 +30,17 @@ type rateLimiter interface {
 	banOf(id int64) time.Time
 	sweep()
 	stats() limiterStats
+	backend() limiterBackend
+}
+
+// limiterBackend says where a limiter keeps its counts, for /readyz and the
+// metrics: in this process (the zero value), or shared, in Redis, with how
+// its calls there went.
+type limiterBackend struct {
+	shared bool  // the counts are in Redis
+	up     bool  // the last call to Redis answered
+	calls  int64 // calls to Redis, answered or not
+	fails  int64 // calls to Redis that failed or timed out
 }
 
 // limitRequests applies the rate limits to every request under /v1/, before

@@ -39,7 +39,7 @@ type sqliteStore struct {
 	categoryListReads atomic.Uint64
 
 	// group commits the API's creates; the rest writes through w directly.
-	group *groupCommitter[*batchTx]
+	group *groupCommitter[*sqliteBatchTx]
 
 	insertCategory, insertPet, insertOrder *sql.Stmt
 	categoryNamed                          *sql.Stmt // the name that holds fold or name_cmp, on a conflict
@@ -51,14 +51,10 @@ type sqliteStore struct {
 // sqliteHeader starts every SQLite 3 database file.
 const sqliteHeader = "SQLite format 3\x00"
 
-// defaultBusyTimeout is how long a statement waits for a lock another
-// connection or process holds before it fails (and the client gets a 503).
-const defaultBusyTimeout = 5 * time.Second
-
 // dsn returns the connection string for path. synchronous=FULL makes every
 // commit fsync the WAL before it returns, so an acknowledged write survives a
 // killed process and a power loss alike.
-func dsn(path string, readOnly bool, busy time.Duration) string {
+func sqliteDSN(path string, readOnly bool, busy time.Duration) string {
 	q := "?_pragma=busy_timeout(" + strconv.FormatInt(busy.Milliseconds(), 10) + ")" +
 		"&_pragma=journal_mode(WAL)&_pragma=foreign_keys(ON)&_pragma=synchronous(FULL)&_txlock=immediate"
 	if readOnly {
@@ -142,7 +138,7 @@ func openSQLite(ctx context.Context, path string, migrateUp bool, now func() tim
 			return nil, err
 		}
 	}
-	w, err := sql.Open("sqlite", dsn(path, false, busy)+writerCache)
+	w, err := sql.Open("sqlite", sqliteDSN(path, false, busy)+writerCache)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
@@ -153,13 +149,13 @@ func openSQLite(ctx context.Context, path string, migrateUp bool, now func() tim
 	var mode string
 	if err := w.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
 		w.Close()
-		return nil, fmt.Errorf("open database %s: %w", path, describe(err))
+		return nil, fmt.Errorf("open database %s: %w", path, sqliteDescribe(err))
 	}
 	if mode != "wal" {
 		w.Close()
 		return nil, fmt.Errorf("open database %s: journal_mode is %q, want wal", path, mode)
 	}
-	r, err := sql.Open("sqlite", dsn(path, true, busy))
+	r, err := sql.Open("sqlite", sqliteDSN(path, true, busy))
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("open database: %w", err)
@@ -181,12 +177,12 @@ func openSQLite(ctx context.Context, path string, migrateUp bool, now func() tim
 	} {
 		if *p.stmt, err = w.PrepareContext(ctx, p.sql); err != nil {
 			s.Close()
-			return nil, fmt.Errorf("prepare: %w", describe(err))
+			return nil, fmt.Errorf("prepare: %w", sqliteDescribe(err))
 		}
 	}
 	if s.lookupIdem, err = r.PrepareContext(ctx, sqliteLookupIdem); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("prepare: %w", describe(err))
+		return nil, fmt.Errorf("prepare: %w", sqliteDescribe(err))
 	}
 	if migrateUp {
 		if err := s.fillNameCmp(ctx); err != nil {
@@ -208,7 +204,7 @@ func (s *sqliteStore) Close() error {
 // that the file alone is a complete copy.
 func (s *sqliteStore) Checkpoint(ctx context.Context) error {
 	if _, err := s.w.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
-		return fmt.Errorf("checkpoint: %w", describe(err))
+		return fmt.Errorf("checkpoint: %w", sqliteDescribe(err))
 	}
 	return nil
 }
@@ -217,7 +213,7 @@ func (s *sqliteStore) Checkpoint(ctx context.Context) error {
 func (s *sqliteStore) Ready(ctx context.Context) error {
 	var n int
 	if err := s.r.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&n); err != nil {
-		return fmt.Errorf("ready: %w", describe(err))
+		return fmt.Errorf("ready: %w", sqliteDescribe(err))
 	}
 	return nil
 }
@@ -228,9 +224,9 @@ func (s *sqliteStore) Stats() storeStats {
 	return storeStats{Batches: batches, Writes: writes, CategoryListReads: s.categoryListReads.Load()}
 }
 
-// describe maps SQLite's transient and storage errors (busy, locked, full
+// sqliteDescribe maps SQLite's transient and storage errors (busy, locked, full
 // disk, read-only file, I/O) to errUnavailable, keeping the cause.
-func describe(err error) error {
+func sqliteDescribe(err error) error {
 	var se *sqlite.Error
 	if !errors.As(err, &se) || errors.Is(err, errUnavailable) {
 		return err // not SQLite's, or described already
@@ -261,42 +257,42 @@ func isForeignKeyViolation(err error) bool {
 	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
 }
 
-// eachChunk calls fn with every row of query, in ascending id order, reading
+// sqliteEachChunk calls fn with every row of query, in ascending id order, reading
 // listChunk rows at a time (inChunks): query's last two parameters are the
 // id to start after and the number of rows, and idOf gives a row's id. Each
 // chunk is read whole and its connection given back to the read pool before
 // fn sees any of it, so that a slow client, to whom fn writes, holds none of
 // the pool's four connections (four such clients used to stall every read,
 // /readyz included, for up to the write timeout).
-func eachChunk[T any](ctx context.Context, db *sql.DB, what string, scan func(*sql.Rows) (T, error), idOf func(T) int64, fn func(T) error, query string, args ...any) error {
+func sqliteEachChunk[T any](ctx context.Context, db *sql.DB, what string, scan func(*sql.Rows) (T, error), idOf func(T) int64, fn func(T) error, query string, args ...any) error {
 	chunk := make([]T, 0, listChunk)
 	return inChunks(func(after int64) ([]T, error) {
 		chunk = chunk[:0]
-		err := each(ctx, db, what, scan, func(v T) error { chunk = append(chunk, v); return nil },
+		err := sqliteEach(ctx, db, what, scan, func(v T) error { chunk = append(chunk, v); return nil },
 			query, append(args, after, listChunk)...)
 		return chunk, err
 	}, idOf, fn)
 }
 
-// each runs query on the read pool and calls fn with every row that scan
+// sqliteEach runs query on the read pool and calls fn with every row that scan
 // reads, stopping at fn's first error. what names the query in errors.
-func each[T any](ctx context.Context, db *sql.DB, what string, scan func(*sql.Rows) (T, error), fn func(T) error, query string, args ...any) error {
+func sqliteEach[T any](ctx context.Context, db *sql.DB, what string, scan func(*sql.Rows) (T, error), fn func(T) error, query string, args ...any) error {
 	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return fmt.Errorf("%s: %w", what, describe(err))
+		return fmt.Errorf("%s: %w", what, sqliteDescribe(err))
 	}
 	defer rows.Close()
 	for rows.Next() {
 		v, err := scan(rows)
 		if err != nil {
-			return fmt.Errorf("%s: %w", what, describe(err))
+			return fmt.Errorf("%s: %w", what, sqliteDescribe(err))
 		}
 		if err := fn(v); err != nil {
 			return err
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("%s: %w", what, describe(err))
+		return fmt.Errorf("%s: %w", what, sqliteDescribe(err))
 	}
 	return nil
 }

@@ -14,10 +14,10 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 )
 
-// insertID runs the prepared INSERT stmt in tx and sets *id to the new
+// sqliteInsertID runs the prepared INSERT stmt in tx and sets *id to the new
 // row's id. Exec and LastInsertId cost less than INSERT ... RETURNING
 // read through a Rows (BenchmarkGroupCommitCreate; BENCHMARKS.md).
-func insertID(tx *batchTx, stmt *sql.Stmt, id *int64, args ...any) error {
+func sqliteInsertID(tx *sqliteBatchTx, stmt *sql.Stmt, id *int64, args ...any) error {
 	res, err := tx.stmt(stmt).Exec(args...)
 	if err != nil {
 		return err
@@ -28,9 +28,9 @@ func insertID(tx *batchTx, stmt *sql.Stmt, id *int64, args ...any) error {
 
 func (s *sqliteStore) CreateCategory(ctx context.Context, c Category, fold string, idem *idemWrite[Category]) (Category, error) {
 	cmp := compareName(c.Name)
-	err := s.group.write(ctx, func(tx *batchTx) error {
+	err := s.group.write(ctx, func(tx *sqliteBatchTx) error {
 		return sqliteCreate(s, tx, idem, "categories", &c.ID, func() error {
-			return insertID(tx, s.insertCategory, &c.ID, c.Name, fold, cmp, c.Description)
+			return sqliteInsertID(tx, s.insertCategory, &c.ID, c.Name, fold, cmp, c.Description)
 		}, func() Category { return c }, func(err error) error {
 			if isUniqueViolation(err) {
 				// The same transaction sees the row that holds the name,
@@ -45,7 +45,7 @@ func (s *sqliteStore) CreateCategory(ctx context.Context, c Category, fold strin
 		})
 	})
 	if err != nil {
-		return Category{}, wrapCreate("insert category", err, describe)
+		return Category{}, wrapCreate("insert category", err, sqliteDescribe)
 	}
 	s.categoriesGen.Add(1)
 	return c, nil
@@ -68,7 +68,7 @@ const sqliteFillASCIINames = `UPDATE categories SET name_cmp = fold WHERE name_c
 func (s *sqliteStore) fillNameCmp(ctx context.Context) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("fill name keys: %w", describe(err))
+		return fmt.Errorf("fill name keys: %w", sqliteDescribe(err))
 	}
 	defer tx.Rollback()
 	// ASCII names first, all in one statement: a million of them took 28 s
@@ -76,7 +76,7 @@ func (s *sqliteStore) fillNameCmp(ctx context.Context) error {
 	// foldName's), which no other ASCII name holds; one that a non-ASCII
 	// row filled before holds stays NULL, as below.
 	if _, err := tx.ExecContext(ctx, sqliteFillASCIINames); err != nil {
-		return fmt.Errorf("fill name keys: %w", describe(err))
+		return fmt.Errorf("fill name keys: %w", sqliteDescribe(err))
 	}
 	type unfilled struct {
 		id   int64
@@ -85,49 +85,49 @@ func (s *sqliteStore) fillNameCmp(ctx context.Context) error {
 	fill, err := tx.PrepareContext(ctx, `UPDATE categories SET name_cmp = ?2 WHERE id = ?1
 		AND NOT EXISTS (SELECT 1 FROM categories WHERE name_cmp = ?2)`)
 	if err != nil {
-		return fmt.Errorf("fill name keys: %w", describe(err))
+		return fmt.Errorf("fill name keys: %w", sqliteDescribe(err))
 	}
 	defer fill.Close()
 	for after := int64(0); ; {
 		var chunk []unfilled
 		rows, err := tx.QueryContext(ctx, "SELECT id, name FROM categories WHERE name_cmp IS NULL AND id > ? ORDER BY id LIMIT ?", after, listChunk)
 		if err != nil {
-			return fmt.Errorf("fill name keys: %w", describe(err))
+			return fmt.Errorf("fill name keys: %w", sqliteDescribe(err))
 		}
 		for rows.Next() {
 			var u unfilled
 			if err := rows.Scan(&u.id, &u.name); err != nil {
 				rows.Close()
-				return fmt.Errorf("fill name keys: %w", describe(err))
+				return fmt.Errorf("fill name keys: %w", sqliteDescribe(err))
 			}
 			chunk = append(chunk, u)
 		}
 		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-			return fmt.Errorf("fill name keys: %w", describe(err))
+			return fmt.Errorf("fill name keys: %w", sqliteDescribe(err))
 		}
 		if len(chunk) == 0 {
 			break
 		}
 		for _, u := range chunk {
 			if _, err := fill.ExecContext(ctx, u.id, compareName(u.name)); err != nil {
-				return fmt.Errorf("fill name keys: %w", describe(err))
+				return fmt.Errorf("fill name keys: %w", sqliteDescribe(err))
 			}
 		}
 		after = chunk[len(chunk)-1].id
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("fill name keys: %w", describe(err))
+		return fmt.Errorf("fill name keys: %w", sqliteDescribe(err))
 	}
 	return nil
 }
 
-// categoriesAfter reads the categories after an id, up to a limit.
-const categoriesAfter = "SELECT id, name, description FROM categories WHERE id > ? ORDER BY id LIMIT ?"
+// sqliteCategoriesAfter reads the categories after an id, up to a limit.
+const sqliteCategoriesAfter = "SELECT id, name, description FROM categories WHERE id > ? ORDER BY id LIMIT ?"
 
 func (s *sqliteStore) EachCategory(ctx context.Context, fn func(Category) error) error {
 	s.categoryListReads.Add(1)
-	return eachChunk(ctx, s.r, "list categories", scanCategory, func(c Category) int64 { return c.ID }, fn,
-		categoriesAfter)
+	return sqliteEachChunk(ctx, s.r, "list categories", sqliteScanCategory, func(c Category) int64 { return c.ID }, fn,
+		sqliteCategoriesAfter)
 }
 
 // CategoriesGen counts this process's creates: SQLite has one process
@@ -139,11 +139,11 @@ func (s *sqliteStore) CategoriesGen(context.Context) (uint64, error) {
 func (s *sqliteStore) localCategoriesGen() uint64 { return s.categoriesGen.Load() }
 
 func (s *sqliteStore) EachCategoryAfter(ctx context.Context, afterID int64, limit int, fn func(Category) error) error {
-	return each(ctx, s.r, "list categories", scanCategory, fn,
-		categoriesAfter, afterID, limit)
+	return sqliteEach(ctx, s.r, "list categories", sqliteScanCategory, fn,
+		sqliteCategoriesAfter, afterID, limit)
 }
 
-func scanCategory(rows *sql.Rows) (Category, error) {
+func sqliteScanCategory(rows *sql.Rows) (Category, error) {
 	var c Category
 	var desc sql.NullString
 	err := rows.Scan(&c.ID, &c.Name, &desc)
@@ -154,13 +154,13 @@ func scanCategory(rows *sql.Rows) (Category, error) {
 }
 
 func (s *sqliteStore) CreatePet(ctx context.Context, p Pet, idem *idemWrite[Pet]) (Pet, error) {
-	err := s.group.write(ctx, func(tx *batchTx) error {
+	err := s.group.write(ctx, func(tx *sqliteBatchTx) error {
 		return sqliteCreate(s, tx, idem, "pets", &p.ID, func() error {
-			return insertID(tx, s.insertPet, &p.ID, p.Name, p.CategoryID, p.Status)
+			return sqliteInsertID(tx, s.insertPet, &p.ID, p.Name, p.CategoryID, p.Status)
 		}, func() Pet { return p }, noReference)
 	})
 	if err != nil {
-		return Pet{}, wrapCreate("insert pet", err, describe)
+		return Pet{}, wrapCreate("insert pet", err, sqliteDescribe)
 	}
 	return p, nil
 }
@@ -174,7 +174,7 @@ func noReference(err error) error {
 }
 
 func (s *sqliteStore) EachPet(ctx context.Context, f petFilter, fn func(Pet) error) error {
-	return eachChunk(ctx, s.r, "list pets", scanPet, func(p Pet) int64 { return p.ID }, fn, `SELECT id, name, category_id, status FROM pets
+	return sqliteEachChunk(ctx, s.r, "list pets", sqliteScanPet, func(p Pet) int64 { return p.ID }, fn, `SELECT id, name, category_id, status FROM pets
 		WHERE (?1 = 0 OR category_id = ?1) AND (?2 = '' OR status = ?2) AND id > ?3 ORDER BY id LIMIT ?4`, f.CategoryID, f.Status)
 }
 
@@ -186,12 +186,12 @@ func (s *sqliteStore) Pet(ctx context.Context, id int64) (Pet, error) {
 		return p, errNotFound
 	}
 	if err != nil {
-		return p, fmt.Errorf("read pet %d: %w", id, describe(err))
+		return p, fmt.Errorf("read pet %d: %w", id, sqliteDescribe(err))
 	}
 	return p, nil
 }
 
-func scanPet(rows *sql.Rows) (Pet, error) {
+func sqliteScanPet(rows *sql.Rows) (Pet, error) {
 	var p Pet
 	err := rows.Scan(&p.ID, &p.Name, &p.CategoryID, &p.Status)
 	return p, err
@@ -199,19 +199,19 @@ func scanPet(rows *sql.Rows) (Pet, error) {
 
 func (s *sqliteStore) CreateOrder(ctx context.Context, o Order, idem *idemWrite[Order]) (Order, error) {
 	o.CreatedAt = s.now().UTC().Format(time.RFC3339)
-	err := s.group.write(ctx, func(tx *batchTx) error {
+	err := s.group.write(ctx, func(tx *sqliteBatchTx) error {
 		return sqliteCreate(s, tx, idem, "orders", &o.ID, func() error {
-			return insertID(tx, s.insertOrder, &o.ID, o.PetID, o.Quantity, o.Status, o.CreatedAt)
+			return sqliteInsertID(tx, s.insertOrder, &o.ID, o.PetID, o.Quantity, o.Status, o.CreatedAt)
 		}, func() Order { return o }, noReference)
 	})
 	if err != nil {
-		return Order{}, wrapCreate("insert order", err, describe)
+		return Order{}, wrapCreate("insert order", err, sqliteDescribe)
 	}
 	return o, nil
 }
 
 func (s *sqliteStore) EachOrder(ctx context.Context, fn func(Order) error) error {
-	return eachChunk(ctx, s.r, "list orders", func(rows *sql.Rows) (Order, error) {
+	return sqliteEachChunk(ctx, s.r, "list orders", func(rows *sql.Rows) (Order, error) {
 		var o Order
 		err := rows.Scan(&o.ID, &o.PetID, &o.Quantity, &o.Status, &o.CreatedAt)
 		return o, err
@@ -232,15 +232,15 @@ func statementOnly(err error) bool {
 	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_CONSTRAINT
 }
 
-// batchTx is the transaction that a batch of writes shares.
-type batchTx struct {
+// sqliteBatchTx is the transaction that a batch of writes shares.
+type sqliteBatchTx struct {
 	*sql.Tx
 	stmts [][2]*sql.Stmt // prepared statements and their forms in this transaction
 }
 
 // stmt returns s for use in the transaction, made once per batch rather
 // than once per write.
-func (tx *batchTx) stmt(s *sql.Stmt) *sql.Stmt {
+func (tx *sqliteBatchTx) stmt(s *sql.Stmt) *sql.Stmt {
 	for _, p := range tx.stmts {
 		if p[0] == s {
 			return p[1]
@@ -256,16 +256,16 @@ func (tx *batchTx) stmt(s *sql.Stmt) *sql.Stmt {
 // unique or foreign key violation) alone, leaving the transaction open: a
 // write that fails so, or with a refusal (isRefusal) once it has undone
 // what it did (sqliteCreate), fails alone and the others commit.
-func commitSQLite(db *sql.DB) func(batch []*writeJob[*batchTx]) {
-	return func(batch []*writeJob[*batchTx]) {
+func commitSQLite(db *sql.DB) func(batch []*writeJob[*sqliteBatchTx]) {
+	return func(batch []*writeJob[*sqliteBatchTx]) {
 		results := make([]error, len(batch))
 		err := func() error {
 			sqlTx, err := db.Begin()
 			if err != nil {
-				return describe(err)
+				return sqliteDescribe(err)
 			}
 			defer sqlTx.Rollback()
-			tx := &batchTx{Tx: sqlTx}
+			tx := &sqliteBatchTx{Tx: sqlTx}
 			for i, j := range batch {
 				if err := j.ctx.Err(); err != nil {
 					results[i] = err // the client is gone: do not write for it
@@ -274,12 +274,12 @@ func commitSQLite(db *sql.DB) func(batch []*writeJob[*batchTx]) {
 				if err := j.run(tx); err != nil {
 					results[i] = err
 					if !statementOnly(err) && !isRefusal(err) {
-						return describe(err) // the transaction itself may be gone
+						return sqliteDescribe(err) // the transaction itself may be gone
 					}
 				}
 			}
 			if err := tx.Commit(); err != nil {
-				return describe(err)
+				return sqliteDescribe(err)
 			}
 			return nil
 		}()

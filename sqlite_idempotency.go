@@ -30,7 +30,7 @@ const (
 // same transaction as the row, in one more statement. A key answered
 // already is errIdemExists before anything is written; the primary key
 // (key_id, idem_key) is the backstop behind that check: it undoes the row.
-func sqliteCreate[Row any](s *sqliteStore, tx *batchTx, w *idemWrite[Row], table string, id *int64, insert func() error, row func() Row, refusal func(error) error) error {
+func sqliteCreate[Row any](s *sqliteStore, tx *sqliteBatchTx, w *idemWrite[Row], table string, id *int64, insert func() error, row func() Row, refusal func(error) error) error {
 	if w != nil {
 		// A retry's create writes nothing: not even an id drawn and undone.
 		var answered bool
@@ -96,7 +96,7 @@ func (s *sqliteStore) IdempotentAnswer(ctx context.Context, r idemRequest) (*ide
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read an idempotent answer: %w", describe(err))
+		return nil, fmt.Errorf("read an idempotent answer: %w", sqliteDescribe(err))
 	}
 	copy(a.Fingerprint[:], fp)
 	return &a, nil
@@ -109,7 +109,7 @@ func (s *sqliteStore) PurgeIdempotency(ctx context.Context, before, _ time.Time,
 	res, err := s.w.ExecContext(ctx, `DELETE FROM idempotency WHERE (key_id, idem_key) IN
 		(SELECT key_id, idem_key FROM idempotency WHERE created_us <= ? ORDER BY created_us LIMIT ?)`, before.UnixMicro(), limit)
 	if err != nil {
-		return 0, fmt.Errorf("purge idempotent answers: %w", describe(err))
+		return 0, fmt.Errorf("purge idempotent answers: %w", sqliteDescribe(err))
 	}
 	n, err := res.RowsAffected()
 	return int(n), err

@@ -11,10 +11,10 @@ import (
 	"time"
 )
 
-const keyColumns = "id, hash, name, plan, rpm, rpd, env, created_at, revoked_at IS NOT NULL, banned_until, expires_at, scope, " +
+const sqliteKeyColumns = "id, hash, name, plan, rpm, rpd, env, created_at, revoked_at IS NOT NULL, banned_until, expires_at, scope, " +
 	"coalesce(lineage, id), coalesce(replaces, 0), last_used_at, seq"
 
-func scanKey(sc interface{ Scan(...any) error }) (apiKey, error) {
+func sqliteScanKey(sc interface{ Scan(...any) error }) (apiKey, error) {
 	var k apiKey
 	var hash []byte
 	var rpm, rpd sql.NullInt64
@@ -47,38 +47,35 @@ func sqliteTime(t time.Time) any {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// nextSeq is the expression that stamps a changed api_keys row.
-const nextSeq = "(SELECT coalesce(max(seq), 0) + 1 FROM api_keys)"
-
 func (s *sqliteStore) CreateKey(ctx context.Context, spec keySpec) (apiKey, error) {
 	rpm, rpd := spec.limits()
 	created := s.now().UTC().Format(time.RFC3339)
 	row := s.w.QueryRowContext(ctx,
-		"INSERT INTO api_keys (hash, name, plan, rpm, rpd, env, created_at, expires_at, scope, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, "+nextSeq+") RETURNING "+keyColumns,
+		"INSERT INTO api_keys (hash, name, plan, rpm, rpd, env, created_at, expires_at, scope, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, "+nextSeq+") RETURNING "+sqliteKeyColumns,
 		spec.Hash[:], spec.Name, spec.Plan, rpm, rpd, spec.Env, created, sqliteTime(spec.ExpiresAt), spec.scope())
-	k, err := scanKey(row)
+	k, err := sqliteScanKey(row)
 	if err != nil {
-		return apiKey{}, fmt.Errorf("insert key: %w", describe(err))
+		return apiKey{}, fmt.Errorf("insert key: %w", sqliteDescribe(err))
 	}
 	return k, nil
 }
 
 func (s *sqliteStore) KeysSince(ctx context.Context, seq int64) ([]apiKey, error) {
-	rows, err := s.r.QueryContext(ctx, "SELECT "+keyColumns+" FROM api_keys WHERE seq > ? ORDER BY id", seq)
+	rows, err := s.r.QueryContext(ctx, "SELECT "+sqliteKeyColumns+" FROM api_keys WHERE seq > ? ORDER BY id", seq)
 	if err != nil {
-		return nil, fmt.Errorf("list keys: %w", describe(err))
+		return nil, fmt.Errorf("list keys: %w", sqliteDescribe(err))
 	}
 	defer rows.Close()
 	var keys []apiKey
 	for rows.Next() {
-		k, err := scanKey(rows)
+		k, err := sqliteScanKey(rows)
 		if err != nil {
-			return nil, fmt.Errorf("list keys: %w", describe(err))
+			return nil, fmt.Errorf("list keys: %w", sqliteDescribe(err))
 		}
 		keys = append(keys, k)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list keys: %w", describe(err))
+		return nil, fmt.Errorf("list keys: %w", sqliteDescribe(err))
 	}
 	return keys, nil
 }
@@ -88,14 +85,14 @@ func (s *sqliteStore) KeysSince(ctx context.Context, seq int64) ([]apiKey, error
 func (s *sqliteStore) CreateFirstKey(ctx context.Context, hash [32]byte, name, env string) (apiKey, bool, error) {
 	created := s.now().UTC().Format(time.RFC3339)
 	row := s.w.QueryRowContext(ctx, "INSERT INTO api_keys (hash, name, plan, env, created_at, seq) "+
-		"SELECT ?, ?, 'free', ?, ?, "+nextSeq+" WHERE NOT EXISTS (SELECT 1 FROM api_keys) RETURNING "+keyColumns,
+		"SELECT ?, ?, 'free', ?, ?, "+nextSeq+" WHERE NOT EXISTS (SELECT 1 FROM api_keys) RETURNING "+sqliteKeyColumns,
 		hash[:], name, env, created)
-	k, err := scanKey(row)
+	k, err := sqliteScanKey(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return apiKey{}, false, nil
 	}
 	if err != nil {
-		return apiKey{}, false, fmt.Errorf("insert key: %w", describe(err))
+		return apiKey{}, false, fmt.Errorf("insert key: %w", sqliteDescribe(err))
 	}
 	return k, true, nil
 }
@@ -104,7 +101,7 @@ func (s *sqliteStore) CreateFirstKey(ctx context.Context, hash [32]byte, name, e
 func (s *sqliteStore) SchemaVersion(ctx context.Context) (uint, error) {
 	var v uint
 	if err := s.r.QueryRowContext(ctx, "SELECT version FROM schema_migrations").Scan(&v); err != nil {
-		return 0, fmt.Errorf("read schema version: %w", describe(err))
+		return 0, fmt.Errorf("read schema version: %w", sqliteDescribe(err))
 	}
 	return v, nil
 }
@@ -113,7 +110,7 @@ func (s *sqliteStore) SchemaVersion(ctx context.Context) (uint, error) {
 func (s *sqliteStore) DeploymentID(ctx context.Context) (string, error) {
 	var id string
 	if err := s.r.QueryRowContext(ctx, "SELECT id FROM deployment").Scan(&id); err != nil {
-		return "", fmt.Errorf("read the deployment id: %w", describe(err))
+		return "", fmt.Errorf("read the deployment id: %w", sqliteDescribe(err))
 	}
 	return id, nil
 }
@@ -127,7 +124,7 @@ func (s *sqliteStore) RevokeKey(ctx context.Context, id int64) error {
 func (s *sqliteStore) RotateKey(ctx context.Context, id int64, hash [32]byte, until time.Time) (apiKey, error) {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return apiKey{}, fmt.Errorf("rotate key %d: %w", id, describe(err))
+		return apiKey{}, fmt.Errorf("rotate key %d: %w", id, sqliteDescribe(err))
 	}
 	defer tx.Rollback()
 	var revoked bool
@@ -135,14 +132,14 @@ func (s *sqliteStore) RotateKey(ctx context.Context, id int64, hash [32]byte, un
 	case errors.Is(err, sql.ErrNoRows):
 		return apiKey{}, errNotFound
 	case err != nil:
-		return apiKey{}, fmt.Errorf("rotate key %d: %w", id, describe(err))
+		return apiKey{}, fmt.Errorf("rotate key %d: %w", id, sqliteDescribe(err))
 	case revoked:
 		return apiKey{}, errRevoked
 	}
 	row := tx.QueryRowContext(ctx, `INSERT INTO api_keys (hash, name, plan, rpm, rpd, env, created_at, banned_until, scope, replaces, lineage, seq)
 		SELECT ?, name, plan, rpm, rpd, env, ?, banned_until, scope, id, coalesce(lineage, id), `+nextSeq+` FROM api_keys WHERE id = ?
-		RETURNING `+keyColumns, hash[:], s.now().UTC().Format(time.RFC3339), id)
-	k, err := scanKey(row)
+		RETURNING `+sqliteKeyColumns, hash[:], s.now().UTC().Format(time.RFC3339), id)
+	k, err := sqliteScanKey(row)
 	if err == nil {
 		_, err = tx.ExecContext(ctx, "UPDATE api_keys SET expires_at = min(coalesce(expires_at, ?1), ?1), seq = "+nextSeq+" WHERE id = ?2",
 			sqliteTime(until), id)
@@ -151,7 +148,7 @@ func (s *sqliteStore) RotateKey(ctx context.Context, id int64, hash [32]byte, un
 		err = tx.Commit()
 	}
 	if err != nil {
-		return apiKey{}, fmt.Errorf("rotate key %d: %w", id, describe(err))
+		return apiKey{}, fmt.Errorf("rotate key %d: %w", id, sqliteDescribe(err))
 	}
 	return k, nil
 }
@@ -173,7 +170,7 @@ func (s *sqliteStore) SetKeyBan(ctx context.Context, id int64, until time.Time) 
 func (s *sqliteStore) updateKey(ctx context.Context, id int64, set string, arg any, where string) error {
 	res, err := s.w.ExecContext(ctx, "UPDATE api_keys SET "+set+", seq = "+nextSeq+" WHERE "+where, arg, id)
 	if err != nil {
-		return fmt.Errorf("update key %d: %w", id, describe(err))
+		return fmt.Errorf("update key %d: %w", id, sqliteDescribe(err))
 	}
 	if n, err := res.RowsAffected(); err != nil {
 		return fmt.Errorf("update key %d: %w", id, err)
@@ -186,19 +183,19 @@ func (s *sqliteStore) updateKey(ctx context.Context, id int64, set string, arg a
 func (s *sqliteStore) DayCounts(ctx context.Context, day string) (map[int64]int64, error) {
 	rows, err := s.r.QueryContext(ctx, "SELECT key_id, count FROM usage WHERE day = ?", day)
 	if err != nil {
-		return nil, fmt.Errorf("read day counts: %w", describe(err))
+		return nil, fmt.Errorf("read day counts: %w", sqliteDescribe(err))
 	}
 	defer rows.Close()
 	counts := map[int64]int64{}
 	for rows.Next() {
 		var id, n int64
 		if err := rows.Scan(&id, &n); err != nil {
-			return nil, fmt.Errorf("read day counts: %w", describe(err))
+			return nil, fmt.Errorf("read day counts: %w", sqliteDescribe(err))
 		}
 		counts[id] = n
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read day counts: %w", describe(err))
+		return nil, fmt.Errorf("read day counts: %w", sqliteDescribe(err))
 	}
 	return counts, nil
 }
@@ -208,18 +205,18 @@ func (s *sqliteStore) DayCounts(ctx context.Context, day string) (map[int64]int6
 func (s *sqliteStore) AddDayCounts(ctx context.Context, deltas []dayDelta, used []int64, at time.Time) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("add day counts: %w", describe(err))
+		return fmt.Errorf("add day counts: %w", sqliteDescribe(err))
 	}
 	defer tx.Rollback()
 	stmt, err := tx.PrepareContext(ctx, `INSERT INTO usage (key_id, day, count) VALUES (?, ?, ?)
 		ON CONFLICT (key_id, day) DO UPDATE SET count = count + excluded.count`)
 	if err != nil {
-		return fmt.Errorf("add day counts: %w", describe(err))
+		return fmt.Errorf("add day counts: %w", sqliteDescribe(err))
 	}
 	defer stmt.Close()
 	for _, d := range deltas {
 		if _, err := stmt.ExecContext(ctx, d.KeyID, d.Day, d.N); err != nil {
-			return fmt.Errorf("add day counts: %w", describe(err))
+			return fmt.Errorf("add day counts: %w", sqliteDescribe(err))
 		}
 	}
 	minute := at.UTC().Truncate(time.Minute).Format(time.RFC3339)
@@ -227,11 +224,11 @@ func (s *sqliteStore) AddDayCounts(ctx context.Context, deltas []dayDelta, used 
 		// RFC 3339 in UTC sorts as text. A row is written only when its
 		// minute moves on.
 		if _, err := tx.ExecContext(ctx, "UPDATE api_keys SET last_used_at = ?1 WHERE id = ?2 AND (last_used_at IS NULL OR last_used_at < ?1)", minute, id); err != nil {
-			return fmt.Errorf("write last use: %w", describe(err))
+			return fmt.Errorf("write last use: %w", sqliteDescribe(err))
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("add day counts: %w", describe(err))
+		return fmt.Errorf("add day counts: %w", sqliteDescribe(err))
 	}
 	return nil
 }

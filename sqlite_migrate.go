@@ -31,7 +31,7 @@ func migrateDatabase(path string, busy time.Duration) error {
 	// reference. Each migration is one transaction, and copies ids as they
 	// are. So nothing checks the keys of what a migration writes: one that
 	// writes rows must keep them whole itself.
-	d := strings.Replace(dsn(path, false, busy), "foreign_keys(ON)", "foreign_keys(OFF)", 1)
+	d := strings.Replace(sqliteDSN(path, false, busy), "foreign_keys(ON)", "foreign_keys(OFF)", 1)
 	if !strings.Contains(d, "foreign_keys(OFF)") {
 		return fmt.Errorf("migrate: the connection string no longer turns foreign keys on: %s", d)
 	}
@@ -42,7 +42,7 @@ func migrateDatabase(path string, busy time.Duration) error {
 	db.SetMaxOpenConns(1)
 	return migrateUp(db, "migrations/sqlite", "sqlite", func(db *sql.DB) (database.Driver, error) {
 		return migratesqlite.WithInstance(db, &migratesqlite.Config{})
-	}, path, describe)
+	}, path, sqliteDescribe)
 }
 
 // lockDirectory holds an exclusive lock (flock) on dir until unlock is

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -389,3 +390,18 @@ func (w *idemWrite[Row]) settle(row Row, err error) (status int, body []byte, ke
 	}
 	return status, body, keep
 }
+
+// isPostgresURL reports whether db names a PostgreSQL database rather than
+// a SQLite file.
+func isPostgresURL(db string) bool {
+	scheme, _, ok := strings.Cut(db, "://")
+	return ok && (strings.EqualFold(scheme, "postgres") || strings.EqualFold(scheme, "postgresql"))
+}
+
+// defaultBusyTimeout is how long a statement waits for a lock another
+// connection or process holds before it fails (and the client gets a 503).
+const defaultBusyTimeout = 5 * time.Second
+
+// nextSeq is the expression that stamps a changed api_keys row: the same
+// SQL on both stores (sqlite_keys.go, postgres_keys.go).
+const nextSeq = "(SELECT coalesce(max(seq), 0) + 1 FROM api_keys)"
