@@ -82,7 +82,7 @@ func (l *requestLog) write(t time.Time, e *requestLine) {
 	l.out.mu.Lock()
 	l.turn(t)
 	if e.budgeted && !l.spend() {
-		l.leave("status_"+strconv.Itoa(e.status), level)
+		l.leave(statusKey(e.status), level)
 		l.out.mu.Unlock()
 		return
 	}
@@ -138,6 +138,24 @@ func (l *requestLog) spend() bool {
 	}
 	l.logged++
 	return true
+}
+
+// statusKeys are the count line's attribute names of the HTTP statuses,
+// made once: a flood leaves out thousands of lines a second, and each
+// would otherwise build its name again.
+var statusKeys = func() (keys [600]string) {
+	for i := range keys {
+		keys[i] = "status_" + strconv.Itoa(i)
+	}
+	return keys
+}()
+
+// statusKey is the count line's attribute name of status.
+func statusKey(status int) string {
+	if status >= 0 && status < len(statusKeys) {
+		return statusKeys[status]
+	}
+	return "status_" + strconv.Itoa(status)
 }
 
 // leave counts a line about what at level as left out. l.out.mu must be
