@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"io"
 	"log/slog"
 	"net"
@@ -28,8 +29,16 @@ type serveConfig struct {
 	dbMaxConns       int
 	addr             string
 	adminAddr        string
+	httpAddr         string // the plain listener (section 13): ACME's HTTP-01 and redirects; empty: none
+	tlsCert, tlsKey  string // a certificate pair's files: HTTPS on addr
+	acmeDomains      []string
+	acmeDomainsList  string // --acme-domains as given
+	acmeDirectory    string
+	acmeEmail        string
+	acmeCAFile       string
 	env              string
 	publicURL        string
+	publicURLSet     bool // --public-url was given (flag or environment), not defaulted
 	trustProxy       bool
 	anonRPM          int64
 	maxAddrs         int
@@ -70,6 +79,9 @@ func (cfg *serveConfig) validate() error {
 	}
 	if err := checkHostPort(cfg.adminAddr); err != nil && cfg.adminAddr != "" {
 		return usagef("--admin-addr must be host:port or empty, got %q: %v", cfg.adminAddr, err)
+	}
+	if err := cfg.validateTLS(); err != nil {
+		return err
 	}
 	switch {
 	case cfg.anonRPM < 1 || cfg.anonRPM > limMaxRPM:
@@ -139,6 +151,13 @@ func parseServe(args []string, getenv func(string) string, stdout io.Writer) (se
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "`HOST:PORT` to listen on; loopback by default, so a first run is not open to the network (:8080 listens on every interface)")
 	fs.StringVar(&cfg.env, "env", "production", "the environment whose keys are accepted, `"+strings.Join(environments, "|")+"`")
 	fs.StringVar(&cfg.publicURL, "public-url", "http://localhost:8080/v1", "the base `URL` clients use, advertised in the OpenAPI document")
+	fs.StringVar(&cfg.httpAddr, "http-addr", "", "`HOST:PORT` of the plain HTTP listener beside HTTPS: ACME's HTTP-01 challenges, and a redirect to https (a JSON 403 for /v1/...); empty: none")
+	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "a PEM certificate chain `FILE`: HTTPS on --addr, read again when it changes and on SIGHUP; needs --tls-key")
+	fs.StringVar(&cfg.tlsKey, "tls-key", "", "the PEM private key `FILE` of --tls-cert")
+	fs.StringVar(&cfg.acmeDomainsList, "acme-domains", "", "HTTPS with certificates from an ACME CA (Let's Encrypt by default) for these host names, a comma-separated `LIST`; only they are ever requested")
+	fs.StringVar(&cfg.acmeDirectory, "acme-directory", defaultACMEDirectory, "the ACME CA's directory `URL`")
+	fs.StringVar(&cfg.acmeEmail, "acme-email", "", "the ACME account's contact `ADDRESS`; empty: none")
+	fs.StringVar(&cfg.acmeCAFile, "acme-ca-file", "", "a PEM `FILE` of extra roots to trust for the ACME directory's own HTTPS (a private CA's)")
 	fs.StringVar(&cfg.adminAddr, "admin-addr", "127.0.0.1:9090", "`HOST:PORT` of the admin listener (metrics, health); empty or off turns it off")
 	fs.BoolVar(&cfg.trustProxy, "trust-proxy", false, "take the client address from the last X-Forwarded-For entry")
 	fs.Int64Var(&cfg.anonRPM, "anon-rpm", 60, "requests per minute, `N`, for each client address without a valid key")
@@ -167,6 +186,7 @@ func parseServe(args []string, getenv func(string) string, stdout io.Writer) (se
 	if _, err := parseFlags(fs, args, getenv, stdout, 0); err != nil {
 		return serveConfig{}, err
 	}
+	fs.Visit(func(f *flag.Flag) { cfg.publicURLSet = cfg.publicURLSet || f.Name == "public-url" })
 	return cfg, cfg.validate()
 }
 

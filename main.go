@@ -66,6 +66,11 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	// died): the log's write then fails with EPIPE, instead of SIGPIPE
 	// killing the server in the middle of its requests.
 	signal.Ignore(syscall.SIGPIPE)
+	// SIGHUP reads the certificate files again (DECISIONS.md section 13);
+	// it never ends the server.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	logs := newLogWriter(stderr)
 	defer logs.Flush() // registered first: runs after every other deferred log line
 	logger := newLogger(cfg.logFormat, cfg.logLevel, logs)
@@ -92,6 +97,13 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 			logger.Info("stopped")
 		}
 	}()
+
+	// HTTPS (DECISIONS.md section 13): a pair of files that does not load
+	// ends the start here.
+	certs, err := newCertSource(ctx, cfg, store, logger)
+	if err != nil {
+		return err
+	}
 
 	bans := newBanQueue()
 	lim := newLimiter(limiterConfig{
@@ -131,25 +143,28 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		lim.loadDayCount(id, today, n)
 	}
 
-	ln, err := net.Listen("tcp", cfg.addr)
+	lns, err := openListeners(cfg)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.addr, unwrapOpError(err))
+		return err
 	}
-	defer ln.Close()
+	defer lns.close()
 	idem := newIdempotency(store, cfg.idempotencyTTL, clockOf(ctx))
 	reqLog := newRequestLog(cfg.logFormat, cfg.logLevel, logs)
 	reqLog.now = clockOf(ctx)
 	logs.beforeFlush = func(final bool) { reqLog.endSecond(reqLog.now(), final) }
-	servers := []*http.Server{newHTTPServer(newServer(logger, reqLog, store, idem, keys, limits, metrics, cfg), cfg, logger)}
-	listeners := []net.Listener{ln}
-	if cfg.adminAddr != "" {
-		aln, err := net.Listen("tcp", cfg.adminAddr)
-		if err != nil {
-			return fmt.Errorf("listen on %s (--admin-addr): %w", cfg.adminAddr, unwrapOpError(err))
-		}
-		defer aln.Close()
+	api := newHTTPServer(newServer(logger, reqLog, store, idem, keys, limits, metrics, cfg), cfg, logger)
+	if certs != nil {
+		useTLS(api, certs)
+	}
+	servers := []*http.Server{api}
+	listeners := []net.Listener{lns.api}
+	if lns.http != nil {
+		servers = append(servers, newHTTPServer(plainHandler(cfg, certs, reqLog), cfg, logger))
+		listeners = append(listeners, lns.http)
+	}
+	if lns.admin != nil {
 		servers = append(servers, newHTTPServer(newAdminServer(store, limits, metrics, cfg), cfg, logger))
-		listeners = append(listeners, aln)
+		listeners = append(listeners, lns.admin)
 	}
 	if err := createFirstKey(ctx, store, keys, cfg.env, stderr); err != nil {
 		return err
@@ -175,12 +190,36 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	wg.Go(func() { logs.flushEvery(bgCtx, 100*time.Millisecond) })
 
 	serveErr := make(chan error, len(servers))
+	if certs != nil {
+		wg.Go(func() { certs.run(bgCtx) })
+	}
+	wg.Go(func() {
+		for {
+			select {
+			case <-bgCtx.Done():
+				return
+			case <-hup:
+				if certs == nil {
+					logger.Info("SIGHUP: nothing to reload (no --tls-cert)")
+					continue
+				}
+				certs.reload()
+			}
+		}
+	})
 	for i, srv := range servers {
+		if srv == api && certs != nil {
+			go func() { serveErr <- srv.ServeTLS(listeners[i], "", "") }()
+			continue
+		}
 		go func() { serveErr <- srv.Serve(listeners[i]) }()
 	}
-	attrs := []any{"addr", ln.Addr().String(), "env", cfg.env, "db", redactDB(cfg.db), "version", buildVersion()}
-	if cfg.adminAddr != "" {
-		attrs = append(attrs, "admin_addr", listeners[1].Addr().String())
+	attrs := []any{"addr", lns.api.Addr().String(), "env", cfg.env, "db", redactDB(cfg.db), "version", buildVersion()}
+	if lns.http != nil {
+		attrs = append(attrs, "http_addr", lns.http.Addr().String())
+	}
+	if lns.admin != nil {
+		attrs = append(attrs, "admin_addr", lns.admin.Addr().String())
 	}
 	if cfg.redis != "" {
 		attrs = append(attrs, "redis", redactDB(cfg.redis), "redis_prefix", redisPrefix)
