@@ -1,0 +1,437 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// pebbleEnv names the variable that points the ACME tests at Debian's
+// pebble, Let's Encrypt's test CA (pebble-challtestsrv beside it answers
+// its DNS). Unset, they skip.
+const pebbleEnv = "PETSTORE_TEST_PEBBLE"
+
+// needPebble returns pebble's path, or skips the test when the variable is
+// not set.
+func needPebble(t *testing.T) string {
+	t.Helper()
+	p := os.Getenv(pebbleEnv)
+	if p == "" {
+		t.Skip("set " + pebbleEnv + "=/usr/bin/pebble to run the ACME tests")
+	}
+	return p
+}
+
+// testPebble is a pebble CA of the test's own, with a pebble-challtestsrv
+// as its DNS server (every name is 127.0.0.1). Its validation reaches
+// petstore through two proxies that the test routes: http at pebble's
+// httpPort (HTTP-01) and tls at its tlsPort (TLS-ALPN-01). Until routed
+// they hold the CA's connections.
+type testPebble struct {
+	directory string         // --acme-directory
+	caFile    string         // --acme-ca-file: the certificate of pebble's listener
+	roots     *x509.CertPool // pebble's root, that what it issues chains to
+	log       *syncBuffer
+	http, tls *pmProxy
+	addr      string // pebble's listener
+}
+
+// pebbleOptions are what a test sets of pebble: the lifetime of what it
+// issues (0: its default, 5 years), and whether it starts now.
+type pebbleOptions struct {
+	validity time.Duration
+	later    bool // the test calls start itself
+}
+
+// startPebble starts a pebble for the test; the processes are killed at
+// its end.
+func startPebble(t *testing.T, o pebbleOptions) *testPebble {
+	t.Helper()
+	bin := needPebble(t)
+	dir := t.TempDir()
+	p := &testPebble{log: &syncBuffer{}, caFile: filepath.Join(dir, "pebble-cert.pem")}
+	keyFile := filepath.Join(dir, "pebble-key.pem")
+	writeTestCert(t, p.caFile, keyFile)
+	p.http, p.tls = pmStartProxy(t), pmStartProxy(t)
+	p.http.stall()
+	p.tls.stall()
+	p.addr = net.JoinHostPort("127.0.0.1", freePort(t))
+	p.directory = "https://" + p.addr + "/dir"
+	start := func() {
+		t.Helper()
+		for try := 1; ; try++ {
+			err := p.run(t, bin, dir, keyFile, o)
+			if err == nil {
+				return
+			}
+			if try == 3 {
+				t.Fatalf("pebble did not start: %v\n%s", err, p.log.String())
+			}
+			t.Logf("pebble did not start (%v); again on other ports", err)
+		}
+	}
+	if !o.later {
+		start()
+	}
+	return p
+}
+
+// run starts pebble-challtestsrv and pebble on free ports (pebble's own
+// listener on p.addr), and waits until pebble serves its directory and
+// root. A port taken meanwhile is an error: the caller tries again.
+func (p *testPebble) run(t *testing.T, bin, dir, keyFile string, o pebbleOptions) (err error) {
+	t.Helper()
+	dns := net.JoinHostPort("127.0.0.1", freePort(t))
+	mgmt := net.JoinHostPort("127.0.0.1", freePort(t))
+	cfg := map[string]any{"pebble": map[string]any{
+		"listenAddress": p.addr, "managementListenAddress": mgmt,
+		"certificate": p.caFile, "privateKey": keyFile,
+		"httpPort": p.http.ln.Addr().(*net.TCPAddr).Port, "tlsPort": p.tls.ln.Addr().(*net.TCPAddr).Port,
+		"ocspResponderURL": "", "externalAccountBindingRequired": false,
+		"certificateValidityPeriod": int(o.validity.Seconds()),
+	}}
+	b, jerr := json.Marshal(cfg)
+	if jerr != nil {
+		t.Fatal(jerr)
+	}
+	conf := filepath.Join(dir, "pebble.json")
+	if err := os.WriteFile(conf, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var procs []*exec.Cmd
+	defer func() {
+		if err != nil {
+			for _, cmd := range procs {
+				cmd.Process.Kill()
+			}
+		}
+	}()
+	startProc := func(name string, env []string, args ...string) {
+		cmd := exec.Command(name, args...)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = cmd.Stdout
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				fmt.Fprintln(p.log, sc.Text())
+			}
+			cmd.Wait()
+			close(done)
+			select {
+			case <-exited:
+			default:
+				close(exited)
+			}
+		}()
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			<-done
+		})
+		procs = append(procs, cmd)
+	}
+	challtest := filepath.Join(filepath.Dir(bin), "pebble-challtestsrv")
+	startProc(challtest, nil, "-defaultIPv4", "127.0.0.1", "-defaultIPv6", "", "-dns01", dns,
+		"-http01", "", "-https01", "", "-tlsalpn01", "", "-management", net.JoinHostPort("127.0.0.1", freePort(t)))
+	startProc(bin, []string{"PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0", "PEBBLE_AUTHZREUSE=0"},
+		"-config", conf, "-dnsserver", dns)
+
+	pool := x509.NewCertPool()
+	if b, err = os.ReadFile(p.caFile); err != nil {
+		t.Fatal(err)
+	}
+	pool.AppendCertsFromPEM(b)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 5 * time.Second}
+	defer client.CloseIdleConnections()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		select {
+		case <-exited:
+			return fmt.Errorf("a process exited")
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no directory within 10s")
+		}
+		resp, gerr := client.Get(p.directory)
+		if gerr != nil {
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			continue
+		}
+		// pebble makes a new root on every start.
+		if resp, gerr = client.Get("https://" + mgmt + "/roots/0"); gerr != nil {
+			continue
+		}
+		root, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		p.roots = x509.NewCertPool()
+		if !p.roots.AppendCertsFromPEM(root) {
+			t.Fatalf("pebble's /roots/0: %q", root)
+		}
+		return nil
+	}
+}
+
+// orders returns how many orders pebble received.
+func (p *testPebble) orders() int {
+	return strings.Count(p.log.String(), "POST /order-plz")
+}
+
+// route makes pebble's validation reach the servers' listeners: HTTP-01
+// the plain ones (--http-addr), TLS-ALPN-01 the HTTPS ones, in turn.
+func (p *testPebble) route(servers ...*acmeServer) {
+	var plain, tls []string
+	for _, s := range servers {
+		plain, tls = append(plain, s.httpAddr), append(tls, s.addr)
+	}
+	p.http.route(plain...)
+	p.tls.route(tls...)
+	p.http.restore()
+	p.tls.restore()
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return portOf(t, ln.Addr().String())
+}
+
+func portOf(t *testing.T, addr string) string {
+	t.Helper()
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
+
+// writeTestCert writes a self-signed ECDSA certificate for 127.0.0.1 and
+// its key, in PEM.
+func writeTestCert(t *testing.T, certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "pebble in a petstore test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// acmeServer is "petstore serve --acme-domains" run through run, with its
+// three listeners on random loopback ports.
+type acmeServer struct {
+	addr, httpAddr, admin string
+	stderr                *syncBuffer
+	stop                  func()
+}
+
+var (
+	acmeHTTPAddrRE = regexp.MustCompile(`msg=listening .*http_addr=(\S+)()`)
+	acmeAdminRE    = regexp.MustCompile(`msg=listening .*admin_addr=(\S+)()`)
+)
+
+// acmeTestTimings are the retries of the tests' servers: a CA that fails
+// is tried again after 100 ms, 200 ms, then every 400 ms.
+var acmeTestTimings = acmeTimings{retryMin: 100 * time.Millisecond, retryMax: 400 * time.Millisecond}
+
+// startACMEServer runs serve on db for names, with pebble as its CA, and
+// waits until it listens (not until it has a certificate).
+func startACMEServer(t *testing.T, p *testPebble, db string, names []string, args ...string) *acmeServer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), acmeTimingsKey{}, acmeTestTimings))
+	all := append([]string{"serve", "--db", db, "--addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
+		"--acme-domains", strings.Join(names, ","), "--acme-directory", p.directory, "--acme-ca-file", p.caFile}, args...)
+	s := &acmeServer{stderr: &syncBuffer{}}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, all, envFrom(nil), io.Discard, s.stderr) }()
+	var once sync.Once
+	s.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("serve returned %v", err)
+				}
+			case <-time.After(15 * time.Second):
+				t.Errorf("serve did not stop within 15s")
+			}
+		})
+	}
+	t.Cleanup(func() {
+		s.stop()
+		if t.Failed() {
+			t.Logf("server log:\n%s", s.stderr.String())
+		}
+	})
+	for deadline := time.Now().Add(10 * time.Second); s.addr == ""; time.Sleep(10 * time.Millisecond) {
+		log := s.stderr.String()
+		if a := logAddr(listeningRE, log); a != "" {
+			s.addr, s.httpAddr, s.admin = a, logAddr(acmeHTTPAddrRE, log), logAddr(acmeAdminRE, log)
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("serve exited early: %v\n%s", err, log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not start within 10s:\n%s", log)
+		}
+	}
+	return s
+}
+
+// waitLog waits until the server's log has n lines that match re.
+func (s *acmeServer) waitLog(t *testing.T, re string, n int, within time.Duration) {
+	t.Helper()
+	r := regexp.MustCompile(re)
+	for deadline := time.Now().Add(within); len(r.FindAllString(s.stderr.String(), -1)) < n; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %d log lines matching %q within %v:\n%s", n, re, within, s.stderr.String())
+		}
+	}
+}
+
+// served handshakes with the server for name and returns the certificate
+// it served, verified against pebble's root; it also asks for /healthz
+// over that connection.
+func (s *acmeServer) served(t *testing.T, p *testPebble, name string) (*x509.Certificate, error) {
+	t.Helper()
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", s.addr,
+		&tls.Config{ServerName: name, RootCAs: p.roots, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(conn, "GET /healthz HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", name)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /healthz over HTTPS: %d", resp.StatusCode)
+	}
+	return conn.ConnectionState().PeerCertificates[0], nil
+}
+
+// ready returns the status and body of the admin listener's /readyz.
+func (s *acmeServer) ready(t *testing.T) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + s.admin + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+const acmeReadyRE = `msg="certificate ready" name=%s from="the %s"`
+
+// TestACMEObtainsAtStart starts petstore with pebble as its CA and no
+// certificate: it obtains one for each name at start, before any client's
+// handshake, by TLS-ALPN-01 (tried first); the certificate chains to
+// pebble's root and serves the API. A restart asks the CA for nothing and
+// serves the same certificate.
+func TestACMEObtainsAtStart(t *testing.T) {
+	p := startPebble(t, pebbleOptions{})
+	db := testDB(t)
+	names := []string{"api.petstore.test", "www.petstore.test"}
+	s := startACMEServer(t, p, db, names)
+	p.route(s)
+	for _, name := range names {
+		s.waitLog(t, fmt.Sprintf(acmeReadyRE, regexp.QuoteMeta(name), "ACME CA"), 1, 30*time.Second)
+	}
+	if n := p.orders(); n != 2 {
+		t.Errorf("pebble got %d orders, want 2", n)
+	}
+	if h := p.http.hitsOf(s.httpAddr); h != 0 {
+		t.Errorf("HTTP-01 was answered %d times, want none: TLS-ALPN-01 comes first", h)
+	}
+	serials := map[string]string{}
+	for _, name := range names {
+		leaf, err := s.served(t, p, name)
+		if err != nil {
+			t.Fatalf("handshake for %s: %v", name, err)
+		}
+		if len(leaf.DNSNames) != 1 || leaf.DNSNames[0] != name {
+			t.Errorf("the certificate served for %s is for %v", name, leaf.DNSNames)
+		}
+		serials[name] = leaf.SerialNumber.String()
+	}
+	if _, err := s.served(t, p, "other.petstore.test"); err == nil {
+		t.Errorf("a handshake for a name not listed got a certificate")
+	}
+	s.stop()
+
+	again := startACMEServer(t, p, db, names)
+	for _, name := range names {
+		again.waitLog(t, fmt.Sprintf(acmeReadyRE, regexp.QuoteMeta(name), "database"), 1, 10*time.Second)
+		leaf, err := again.served(t, p, name)
+		if err != nil {
+			t.Fatalf("handshake for %s after the restart: %v", name, err)
+		}
+		if got := leaf.SerialNumber.String(); got != serials[name] {
+			t.Errorf("after the restart %s has the certificate %s, want the same as before, %s", name, got, serials[name])
+		}
+	}
+	if n := p.orders(); n != 2 {
+		t.Errorf("pebble got %d orders after the restart, want still 2", n)
+	}
+}
