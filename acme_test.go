@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -54,6 +55,7 @@ type testPebble struct {
 	log       *syncBuffer
 	http, tls *pmProxy
 	addr      string // pebble's listener
+	start     func() // starts it, when pebbleOptions.later
 }
 
 // pebbleOptions are what a test sets of pebble: the lifetime of what it
@@ -77,7 +79,7 @@ func startPebble(t *testing.T, o pebbleOptions) *testPebble {
 	p.tls.stall()
 	p.addr = net.JoinHostPort("127.0.0.1", freePort(t))
 	p.directory = "https://" + p.addr + "/dir"
-	start := func() {
+	p.start = func() {
 		t.Helper()
 		for try := 1; ; try++ {
 			err := p.run(t, bin, dir, keyFile, o)
@@ -91,7 +93,7 @@ func startPebble(t *testing.T, o pebbleOptions) *testPebble {
 		}
 	}
 	if !o.later {
-		start()
+		p.start()
 	}
 	return p
 }
@@ -205,6 +207,11 @@ func (p *testPebble) run(t *testing.T, bin, dir, keyFile string, o pebbleOptions
 // orders returns how many orders pebble received.
 func (p *testPebble) orders() int {
 	return strings.Count(p.log.String(), "POST /order-plz")
+}
+
+// requests returns how many requests pebble's ACME API received.
+func (p *testPebble) requests() int {
+	return strings.Count(p.log.String(), "-> calling handler()")
 }
 
 // route makes pebble's validation reach the servers' listeners: HTTP-01
@@ -387,8 +394,10 @@ const acmeReadyRE = `msg="certificate ready" name=%s from="the %s"`
 // TestACMEObtainsAtStart starts petstore with pebble as its CA and no
 // certificate: it obtains one for each name at start, before any client's
 // handshake, by TLS-ALPN-01 (tried first); the certificate chains to
-// pebble's root and serves the API. A restart asks the CA for nothing and
-// serves the same certificate.
+// pebble's root and serves the API, and a name not listed gets none. A
+// restart, a backup taken while serving (SQLite) and a copy (to a SQLite
+// file, and from it to PostgreSQL when PETSTORE_TEST_POSTGRES is set)
+// serve the same certificates without a request to the CA.
 func TestACMEObtainsAtStart(t *testing.T) {
 	p := startPebble(t, pebbleOptions{})
 	db := testDB(t)
@@ -401,8 +410,8 @@ func TestACMEObtainsAtStart(t *testing.T) {
 	if n := p.orders(); n != 2 {
 		t.Errorf("pebble got %d orders, want 2", n)
 	}
-	if h := p.http.hitsOf(s.httpAddr); h != 0 {
-		t.Errorf("HTTP-01 was answered %d times, want none: TLS-ALPN-01 comes first", h)
+	if h, h2 := p.http.hitsOf(s.httpAddr), p.tls.hitsOf(s.addr); h != 0 || h2 == 0 {
+		t.Errorf("the CA reached the plain listener %d times and the HTTPS one %d times; want TLS-ALPN-01 alone, which comes first", h, h2)
 	}
 	serials := map[string]string{}
 	for _, name := range names {
@@ -415,23 +424,228 @@ func TestACMEObtainsAtStart(t *testing.T) {
 		}
 		serials[name] = leaf.SerialNumber.String()
 	}
-	if _, err := s.served(t, p, "other.petstore.test"); err == nil {
+	if err := handshake(s.addr, "other.petstore.test"); err == nil {
 		t.Errorf("a handshake for a name not listed got a certificate")
 	}
-	s.stop()
-
-	again := startACMEServer(t, p, db, names)
-	for _, name := range names {
-		again.waitLog(t, fmt.Sprintf(acmeReadyRE, regexp.QuoteMeta(name), "database"), 1, 10*time.Second)
-		leaf, err := again.served(t, p, name)
-		if err != nil {
-			t.Fatalf("handshake for %s after the restart: %v", name, err)
+	var dbs []string // where the certificates should be found
+	if !isPostgresURL(db) {
+		backup := filepath.Join(t.TempDir(), "backup.db")
+		if _, _, err := runCLI(t, nil, "backup", "--db", db, backup); err != nil {
+			t.Fatal(err)
 		}
-		if got := leaf.SerialNumber.String(); got != serials[name] {
-			t.Errorf("after the restart %s has the certificate %s, want the same as before, %s", name, got, serials[name])
+		dbs = append(dbs, backup)
+	}
+	s.stop()
+	copied := filepath.Join(t.TempDir(), "copy.db")
+	if out, errOut, err := runCLI(t, nil, "copy", "--from", db, "--to", copied); err != nil || !strings.Contains(out, "acme_cache: 3 rows") {
+		t.Fatalf("copy: %v\n%s%s", err, out, errOut) // the account key and two certificates
+	}
+	dbs = append(dbs, db, copied)
+	if os.Getenv(postgresEnv) != "" {
+		pg := postgresSchema(t, needPostgres(t))
+		if out, errOut, err := runCLI(t, nil, "copy", "--from", copied, "--to", pg); err != nil {
+			t.Fatalf("copy to PostgreSQL: %v\n%s%s", err, out, errOut)
+		}
+		dbs = append(dbs, pg)
+	}
+
+	requests := p.requests()
+	for _, db := range dbs {
+		again := startACMEServer(t, p, db, names)
+		for _, name := range names {
+			again.waitLog(t, fmt.Sprintf(acmeReadyRE, regexp.QuoteMeta(name), "database"), 1, 10*time.Second)
+			leaf, err := again.served(t, p, name)
+			if err != nil {
+				t.Fatalf("%s: handshake for %s: %v", redactDB(db), name, err)
+			}
+			if got := leaf.SerialNumber.String(); got != serials[name] {
+				t.Errorf("%s serves the certificate %s for %s, want the first one, %s", redactDB(db), got, name, serials[name])
+			}
+		}
+		again.stop()
+	}
+	if n := p.requests(); n != requests {
+		t.Errorf("pebble got %d requests from the restarts, want none", n-requests)
+	}
+}
+
+// handshake makes a TLS handshake with addr for name, without verifying
+// what it gets: it fails only if the server refuses.
+func handshake(addr, name string) error {
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{ServerName: name, InsecureSkipVerify: true})
+	if err == nil {
+		conn.Close()
+	}
+	return err
+}
+
+// TestACMEHTTP01 makes pebble's TLS-ALPN-01 validation fail (its port
+// leads nowhere): autocert then orders again with HTTP-01, which the plain
+// listener answers.
+func TestACMEHTTP01(t *testing.T) {
+	p := startPebble(t, pebbleOptions{})
+	name := "api.petstore.test"
+	s := startACMEServer(t, p, testDB(t), []string{name})
+	p.http.route(s.httpAddr)
+	p.http.restore()
+	p.tls.cut()
+	p.tls.restore() // cut: every connection is closed at once
+	s.waitLog(t, fmt.Sprintf(acmeReadyRE, regexp.QuoteMeta(name), "ACME CA"), 1, 30*time.Second)
+	if h := p.http.hitsOf(s.httpAddr); h == 0 {
+		t.Errorf("the CA never reached the plain listener")
+	}
+	if _, err := s.served(t, p, name); err != nil {
+		t.Fatalf("handshake: %v", err)
+	}
+	if n := p.orders(); n != 2 {
+		t.Errorf("pebble got %d orders, want 2: TLS-ALPN-01's, then HTTP-01's", n)
+	}
+}
+
+// TestACMERetriesWhileTheCAFails starts petstore before its CA: it serves
+// no certificate and says it waits for one, tries again after 100 ms, 200
+// ms, then every 400 ms (the tests' timings; 1 minute to 1 hour by
+// default), and gets one soon after the CA starts. (autocert remembers a
+// failed order for a minute: each attempt needs a Manager of its own.)
+func TestACMERetriesWhileTheCAFails(t *testing.T) {
+	p := startPebble(t, pebbleOptions{later: true})
+	name := "api.petstore.test"
+	s := startACMEServer(t, p, testDB(t), []string{name})
+	p.route(s)
+	s.waitLog(t, `msg="no certificate from the ACME CA yet; trying again"`, 4, 10*time.Second)
+	retries := regexp.MustCompile(`msg="no certificate from the ACME CA yet; trying again" name=api.petstore.test directory=\S+ err=.*connect.* retry_in=(\S+)`).
+		FindAllStringSubmatch(s.stderr.String(), -1)
+	var waits []string
+	for _, m := range retries {
+		waits = append(waits, m[1])
+	}
+	if want := []string{"100ms", "200ms", "400ms", "400ms"}; len(waits) < 4 || !slices.Equal(waits[:4], want) {
+		t.Errorf("the retries waited %v, want %v first", waits, want)
+	}
+	if err := handshake(s.addr, name); err == nil {
+		t.Errorf("a handshake got a certificate before there was one")
+	}
+	s.waitLog(t, `no certificate for \\"api.petstore.test\\" yet: waiting for the ACME CA`, 1, 5*time.Second)
+	p.start()
+	s.waitLog(t, fmt.Sprintf(acmeReadyRE, regexp.QuoteMeta(name), "ACME CA"), 1, 10*time.Second)
+	if _, err := s.served(t, p, name); err != nil {
+		t.Fatalf("handshake: %v", err)
+	}
+	if n := p.orders(); n != 1 {
+		t.Errorf("pebble got %d orders, want 1", n)
+	}
+}
+
+// TestACMERenews has pebble issue certificates that live 21 s: autocert
+// renews at a third of the lifetime before its end (14 s after it begins,
+// plus up to 10% of 7 s), without a restart, and the new one is served.
+func TestACMERenews(t *testing.T) {
+	p := startPebble(t, pebbleOptions{validity: 21 * time.Second})
+	name := "api.petstore.test"
+	s := startACMEServer(t, p, testDB(t), []string{name})
+	p.route(s)
+	s.waitLog(t, fmt.Sprintf(acmeReadyRE, regexp.QuoteMeta(name), "ACME CA"), 1, 30*time.Second)
+	first, err := s.served(t, p, name)
+	if err != nil {
+		t.Fatalf("handshake: %v", err)
+	}
+	if life := first.NotAfter.Sub(first.NotBefore); life < 20*time.Second || life > 22*time.Second {
+		t.Fatalf("pebble issued a certificate for %v, want 21s", life)
+	}
+	s.waitLog(t, `msg="certificate renewed and stored in the database" name=api.petstore.test`, 1, 30*time.Second)
+	renewedAt := time.Now()
+	if early := first.NotAfter.Add(-7 * time.Second).Add(-2 * time.Second); renewedAt.Before(early) {
+		t.Errorf("renewed at %v, before a third of the lifetime was left (%v)", renewedAt, first.NotAfter.Add(-7*time.Second))
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		leaf, err := s.served(t, p, name)
+		if err != nil {
+			t.Fatalf("handshake after the renewal: %v", err)
+		}
+		if leaf.SerialNumber.Cmp(first.SerialNumber) != 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still serving the first certificate 5s after the renewal")
 		}
 	}
 	if n := p.orders(); n != 2 {
-		t.Errorf("pebble got %d orders after the restart, want still 2", n)
+		t.Errorf("pebble got %d orders, want 2", n)
+	}
+}
+
+// TestACMEPostgresSharesOneCertificate runs two instances on one
+// PostgreSQL schema. Started together, they make one order, and the CA's
+// validation, sent to each in turn, is answered by either; both serve the
+// one certificate. Then on a new schema the first instance orders while
+// the CA can reach only the second one, started meanwhile: it answers
+// the challenge from the database.
+func TestACMEPostgresSharesOneCertificate(t *testing.T) {
+	base := needPostgres(t)
+	p := startPebble(t, pebbleOptions{})
+	name := "api.petstore.test"
+	ready := fmt.Sprintf(`msg="certificate ready" name=%s from=`, regexp.QuoteMeta(name))
+
+	db := postgresSchema(t, base)
+	var servers [2]*acmeServer
+	var wg sync.WaitGroup
+	for i := range servers {
+		wg.Go(func() { servers[i] = startACMEServer(t, p, db, []string{name}) })
+	}
+	wg.Wait()
+	p.route(servers[0], servers[1])
+	for _, s := range servers {
+		s.waitLog(t, ready, 1, 30*time.Second)
+	}
+	if n := p.orders(); n != 1 {
+		t.Errorf("two instances started together made %d orders, want 1", n)
+	}
+	serial := ""
+	for i, s := range servers {
+		leaf, err := s.served(t, p, name)
+		if err != nil {
+			t.Fatalf("instance %d: handshake: %v", i, err)
+		}
+		if serial == "" {
+			serial = leaf.SerialNumber.String()
+		} else if leaf.SerialNumber.String() != serial {
+			t.Errorf("instance %d serves %s, the other %s", i, leaf.SerialNumber, serial)
+		}
+	}
+	for _, s := range servers {
+		s.stop()
+	}
+
+	// The first orders; the CA's connections wait in the proxies until
+	// the second has started, then go to it alone.
+	p.http.stall()
+	p.tls.stall()
+	db = postgresSchema(t, base)
+	first := startACMEServer(t, p, db, []string{name})
+	for deadline := time.Now().Add(30 * time.Second); p.tls.open() == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the CA did not try to validate within 30s:\n%s", first.stderr.String())
+		}
+	}
+	second := startACMEServer(t, p, db, []string{name})
+	p.route(second)
+	first.waitLog(t, fmt.Sprintf(acmeReadyRE, regexp.QuoteMeta(name), "ACME CA"), 1, 30*time.Second)
+	second.waitLog(t, fmt.Sprintf(acmeReadyRE, regexp.QuoteMeta(name), "database"), 1, 30*time.Second)
+	if p.tls.hitsOf(second.addr) == 0 || p.tls.hitsOf(first.addr) != 0 {
+		t.Errorf("the CA reached the second instance %d times and the first %d times, want the second alone", p.tls.hitsOf(second.addr), p.tls.hitsOf(first.addr))
+	}
+	if n := p.orders(); n != 2 {
+		t.Errorf("pebble got %d orders in all, want 2", n)
+	}
+	a, err := first.served(t, p, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := second.served(t, p, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.SerialNumber.Cmp(b.SerialNumber) != 0 {
+		t.Errorf("the instances serve %s and %s, want one certificate", a.SerialNumber, b.SerialNumber)
 	}
 }
