@@ -104,6 +104,9 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if certs != nil {
+		cfg.certWaiting = certs.waiting
+	}
 
 	bans := newBanQueue()
 	lim := newLimiter(limiterConfig{

@@ -38,7 +38,7 @@ func newServer(logger *slog.Logger, reqLog *requestLog, store Store, idem *idemp
 	api := apiRoutes(store, idem, cfg)
 	routes := append(api,
 		route{"GET /healthz", handleHealth(cfg.env)},
-		route{"GET /readyz", handleReady(store, lim)})
+		route{"GET /readyz", handleReady(store, lim, cfg.certWaiting)})
 	routes = append(routes, docsRoutes()...)
 	rt := newRouter(routes)
 	return chain(rt,
@@ -58,7 +58,7 @@ func newAdminServer(store Store, lim rateLimiter, m *serverMetrics, cfg serveCon
 	return chain(newRouter([]route{
 		{"GET /metrics", handleMetrics(m)},
 		{"GET /healthz", handleHealth(cfg.env)},
-		{"GET /readyz", handleReady(store, lim)},
+		{"GET /readyz", handleReady(store, lim, cfg.certWaiting)},
 	}), withRequestID) // every answer has an id, and nosniff
 }
 
