@@ -526,10 +526,16 @@ func TestACMERetriesWhileTheCAFails(t *testing.T) {
 		t.Errorf("a handshake got a certificate before there was one")
 	}
 	s.waitLog(t, `no certificate for \\"api.petstore.test\\" yet: waiting for the ACME CA`, 1, 5*time.Second)
+	if status, body := s.ready(t); status != http.StatusServiceUnavailable || !strings.Contains(body, "waiting for a certificate for api.petstore.test") {
+		t.Errorf("/readyz before a certificate: %d %s, want 503 saying it waits for one", status, body)
+	}
 	p.start()
 	s.waitLog(t, fmt.Sprintf(acmeReadyRE, regexp.QuoteMeta(name), "ACME CA"), 1, 10*time.Second)
 	if _, err := s.served(t, p, name); err != nil {
 		t.Fatalf("handshake: %v", err)
+	}
+	if status, body := s.ready(t); status != http.StatusOK {
+		t.Errorf("/readyz with a certificate: %d %s, want 200", status, body)
 	}
 	if n := p.orders(); n != 1 {
 		t.Errorf("pebble got %d orders, want 1", n)
