@@ -69,8 +69,8 @@ type acmeCerts struct {
 	byName  map[string]*acmeDomain
 	// reader answers the CA's challenges from the database; it never
 	// orders (only tokens go to it).
-	reader *autocert.Manager
-	stop   func() // refuses the CA's connections after run
+	reader    *autocert.Manager
+	transport *acmeTransport
 
 	failures atomic.Int64 // failed attempts: at start, and renewals
 }
@@ -84,13 +84,15 @@ type acmeDomain struct {
 }
 
 func newACMECerts(ctx context.Context, cfg serveConfig, store Store, logger *slog.Logger) (certSource, error) {
-	client, stop, err := acmeHTTPClient(cfg.acmeCAFile)
+	tr, err := newACMETransport(cfg.acmeCAFile)
 	if err != nil {
 		return nil, err
 	}
-	c := &acmeCerts{dir: cfg.acmeDirectory, email: cfg.acmeEmail, http01: cfg.httpAddr != "", client: client, stop: stop,
-		log: logger, byName: map[string]*acmeDomain{}}
-	c.cache = newACMECache(store, cfg.acmeDirectory, cfg.acmeDomains, clockOf(ctx), logger)
+	c := &acmeCerts{dir: cfg.acmeDirectory, email: cfg.acmeEmail, http01: cfg.httpAddr != "", client: &http.Client{Transport: tr, Timeout: time.Minute},
+		transport: tr, log: logger, byName: map[string]*acmeDomain{}}
+	// autocert reads the real clock: so must the cache that judges for it.
+	c.cache = newACMECache(store, cfg.acmeDirectory, cfg.acmeDomains, time.Now, logger)
+	c.cache.caRequests = tr.requests.Load
 	c.cache.renewalFailed = func(name string) {
 		c.failures.Add(1)
 		c.log.Warn("renewing the certificate failed; autocert tries again within 30 to 60 minutes and serves the old one meanwhile",
@@ -113,10 +115,16 @@ func newACMECerts(ctx context.Context, cfg serveConfig, store Store, logger *slo
 	return c, nil
 }
 
-// acmeHTTPClient is the client that talks to the CA: it trusts the
-// system's roots and those of caFile, and refuses every request once stop
-// was called (autocert's renewal timers outlive serve).
-func acmeHTTPClient(caFile string) (*http.Client, func(), error) {
+// acmeTransport is how petstore talks to the CA: it trusts the system's
+// roots and those of --acme-ca-file, counts its requests, and refuses
+// every one once stopped (autocert's renewal timers outlive serve).
+type acmeTransport struct {
+	base     *http.Transport
+	requests atomic.Int64
+	stopped  atomic.Bool
+}
+
+func newACMETransport(caFile string) (*acmeTransport, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if caFile != "" {
 		pool, err := x509.SystemCertPool()
@@ -125,33 +133,30 @@ func acmeHTTPClient(caFile string) (*http.Client, func(), error) {
 		}
 		b, err := os.ReadFile(caFile)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--acme-ca-file: %w", err)
+			return nil, fmt.Errorf("--acme-ca-file: %w", err)
 		}
 		if !pool.AppendCertsFromPEM(b) {
-			return nil, nil, fmt.Errorf("--acme-ca-file %s: no PEM certificate in it", caFile)
+			return nil, fmt.Errorf("--acme-ca-file %s: no PEM certificate in it", caFile)
 		}
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
-	st := &stoppingTransport{base: tr}
-	return &http.Client{Transport: st, Timeout: time.Minute}, func() {
-		st.stopped.Store(true)
-		tr.CloseIdleConnections()
-	}, nil
+	return &acmeTransport{base: tr}, nil
 }
 
 // errServerStopped is what the CA's client says once serve has returned.
 var errServerStopped = errors.New("the server has stopped")
 
-type stoppingTransport struct {
-	base    http.RoundTripper
-	stopped atomic.Bool
-}
-
-func (t *stoppingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+func (t *acmeTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if t.stopped.Load() {
 		return nil, errServerStopped
 	}
+	t.requests.Add(1)
 	return t.base.RoundTrip(r)
+}
+
+func (t *acmeTransport) stop() {
+	t.stopped.Store(true)
+	t.base.CloseIdleConnections()
 }
 
 // run obtains each name's certificate, from the database or else from the
@@ -165,7 +170,7 @@ func (c *acmeCerts) run(ctx context.Context) {
 	}
 	<-ctx.Done()
 	c.cache.close()
-	c.stop()
+	c.transport.stop()
 	wg.Wait()
 }
 

@@ -28,26 +28,26 @@ const acmeMaxHold = 10 * time.Minute
 // after its Cache had no usable certificate: GetCertificate (our start,
 // acme.go) reads a name's key once and orders on a miss; a renewal timer
 // (renewal.go's do) reads it once and orders unless what it read is not
-// due yet. So Get, for the key of a listed name whose row is missing,
-// unreadable, expired or due, takes the issuer lock and reads again:
-// another instance may have stored a fresh certificate meanwhile, which it
-// returns at once, unlocking. Otherwise it keeps the lock (a "hold") and
-// returns what it read, and autocert orders: the hold ends with the Put of
-// that key (the new certificate is in the database before the next
-// instance reads), or when the attempt's context ends (autocert cancels
-// it as the attempt returns, ordered or not: so a failed order unlocks at
-// once), or after acmeMaxHold. (A row that cannot be read is treated as
-// missing: a renewal orders after any error of Get, so it had better hold
-// the lock.) The lock is a turn within the instance (one
-// holder at a time: several names and renewal timers wait for it, each
-// within its attempt's context) and the Store's ACMELock across instances
-// (PostgreSQL's advisory lock; nothing on SQLite, which one process
-// serves). An attempt reads a certificate's key once and the account key
-// is made beforehand under its own turn (accountKey), so no attempt ever
-// waits for the turn it holds. Get never returns without the lock when it
-// must take it, except when its context ended: a renewal that got an
-// error from Get orders anyway, and with an ended context its requests
-// fail at once.
+// due yet, or after any error. So Get, for the key of a listed name whose
+// row is missing, unreadable, expired or due (renewAt), takes the issuer
+// lock and reads again: another instance may have stored a fresh
+// certificate meanwhile, which it returns at once, unlocking. Otherwise it
+// keeps the lock (a "hold") and returns what it read, and autocert orders,
+// alone. The hold ends with the Put of that key (the new certificate is in
+// the database before the next instance reads it), or when the attempt's
+// context ends (autocert cancels it as the attempt returns, ordered or
+// not: a failed order unlocks at once), or after acmeMaxHold.
+//
+// The lock is a turn within the instance (one holder at a time: several
+// names and renewal timers wait for it, each within its attempt's
+// context), then the Store's ACMELock across instances (PostgreSQL's
+// advisory lock; nothing on SQLite, which one process serves). It is not
+// re-entrant, and need not be: an attempt reads its certificate's key
+// once, and the account key is made beforehand under a turn of its own
+// (acmeCerts.accountKey), so no attempt waits for the turn it holds. Get
+// never returns without the lock when it must take it, but when its
+// context ended or the server stops: a renewal then orders with an ended
+// context, or through a stopped transport, and its requests fail at once.
 //
 // Tokens of challenges (HTTP-01's answers, TLS-ALPN-01's certificates) go
 // through unlocked: every instance reads them, so that whichever one the
@@ -67,21 +67,24 @@ type acmeCache struct {
 	hold   *acmeHold      // the turn's holder, waiting for its Put
 	puts   map[string]int // Puts of each name's certificate, by this instance
 	served map[string]bool
-	// renewalFailed is called when a renewal of a served name ended
+	// caRequests counts the requests sent to the CA; renewalFailed is
+	// called when a renewal of a served name asked the CA and ended
 	// without a certificate.
+	caRequests    func() int64
 	renewalFailed func(name string)
 }
 
 // acmeHold is an attempt holding the issuer lock until it stores key.
 type acmeHold struct {
-	key    string
-	stored chan struct{}
-	due    bool // the CA had to be asked: what was stored was missing, expired or past any renewal time
+	key      string
+	stored   chan struct{}
+	requests int64 // caRequests when it began
 }
 
 func newACMECache(store Store, dir string, names []string, now func() time.Time, logger *slog.Logger) *acmeCache {
 	c := &acmeCache{store: store, dir: dir, names: map[string]bool{}, now: now, log: logger,
-		turn: make(chan struct{}, 1), closed: make(chan struct{}), puts: map[string]int{}, served: map[string]bool{}}
+		turn: make(chan struct{}, 1), closed: make(chan struct{}), puts: map[string]int{}, served: map[string]bool{},
+		caRequests: func() int64 { return 0 }, renewalFailed: func(string) {}}
 	c.close = sync.OnceFunc(func() { close(c.closed) })
 	for _, n := range names {
 		c.names[n] = true
@@ -103,9 +106,10 @@ func (c *acmeCache) Get(ctx context.Context, key string) ([]byte, error) {
 		unlock() // another instance stored it meanwhile
 		return data, nil
 	}
-	// Missing, due, or not readable (a renewal would order all the same):
-	// this attempt may ask the CA, alone.
-	h := &acmeHold{key: key, stored: make(chan struct{}), due: err != nil || !c.lastRenewAt(data).After(c.now())}
+	// Missing, due, or not readable: this attempt may ask the CA, alone. A
+	// renewal that finds the certificate not due after all (autocert's
+	// jitter) sends the CA nothing; one that failed did.
+	h := &acmeHold{key: key, stored: make(chan struct{}), requests: c.caRequests()}
 	c.mu.Lock()
 	c.hold = h
 	c.mu.Unlock()
@@ -124,7 +128,7 @@ func (c *acmeCache) Get(ctx context.Context, key string) ([]byte, error) {
 		if c.hold == h {
 			c.hold = nil
 		}
-		failed := !stored && h.due && c.served[key] && c.renewalFailed != nil
+		failed := !stored && c.served[key] && c.caRequests() != h.requests
 		c.mu.Unlock()
 		unlock()
 		if failed {
@@ -229,18 +233,6 @@ func (c *acmeCache) renewAt(data []byte) time.Time {
 		return time.Time{}
 	}
 	return leaf.NotAfter.Add(-acmeRenewBefore(leaf) - time.Second)
-}
-
-// lastRenewAt is the latest moment autocert renews it: past it, a renewal
-// that stored nothing failed (before it, autocert may have found it not
-// due yet, by its jitter).
-func (c *acmeCache) lastRenewAt(data []byte) time.Time {
-	leaf := acmeLeaf(data)
-	if leaf == nil {
-		return time.Time{}
-	}
-	before := acmeRenewBefore(leaf)
-	return leaf.NotAfter.Add(-before + min(before/10, time.Hour))
 }
 
 // acmeRenewBefore is autocert's renewal threshold for leaf (Manager's

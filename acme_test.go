@@ -542,11 +542,13 @@ func TestACMERetriesWhileTheCAFails(t *testing.T) {
 	}
 }
 
-// TestACMERenews has pebble issue certificates that live 21 s: autocert
-// renews at a third of the lifetime before its end (14 s after it begins,
-// plus up to 10% of 7 s), without a restart, and the new one is served.
+// TestACMERenews has pebble issue certificates that live 15 s: autocert
+// renews at a third of the lifetime before its end (10 s after it begins,
+// plus up to 10% of 5 s), without a restart, and the new one is served.
+// Its renewal then fails (the CA can reach no one): that is logged, and
+// the certificate it has is served on.
 func TestACMERenews(t *testing.T) {
-	p := startPebble(t, pebbleOptions{validity: 21 * time.Second})
+	p := startPebble(t, pebbleOptions{validity: 15 * time.Second})
 	name := "api.petstore.test"
 	s := startACMEServer(t, p, testDB(t), []string{name})
 	p.route(s)
@@ -555,20 +557,20 @@ func TestACMERenews(t *testing.T) {
 	if err != nil {
 		t.Fatalf("handshake: %v", err)
 	}
-	if life := first.NotAfter.Sub(first.NotBefore); life < 20*time.Second || life > 22*time.Second {
-		t.Fatalf("pebble issued a certificate for %v, want 21s", life)
+	if life := first.NotAfter.Sub(first.NotBefore); life < 14*time.Second || life > 16*time.Second {
+		t.Fatalf("pebble issued a certificate for %v, want 15s", life)
 	}
-	s.waitLog(t, `msg="certificate renewed and stored in the database" name=api.petstore.test`, 1, 30*time.Second)
-	renewedAt := time.Now()
-	if early := first.NotAfter.Add(-7 * time.Second).Add(-2 * time.Second); renewedAt.Before(early) {
-		t.Errorf("renewed at %v, before a third of the lifetime was left (%v)", renewedAt, first.NotAfter.Add(-7*time.Second))
+	renewed := `msg="certificate renewed and stored in the database" name=api.petstore.test`
+	s.waitLog(t, renewed, 1, 30*time.Second)
+	if now, third := time.Now(), first.NotAfter.Add(-5*time.Second); now.Before(third.Add(-time.Second)) {
+		t.Errorf("renewed at %v, before a third of the lifetime was left (%v)", now, third)
 	}
+	var second *x509.Certificate
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		leaf, err := s.served(t, p, name)
-		if err != nil {
+		if second, err = s.served(t, p, name); err != nil {
 			t.Fatalf("handshake after the renewal: %v", err)
 		}
-		if leaf.SerialNumber.Cmp(first.SerialNumber) != 0 {
+		if second.SerialNumber.Cmp(first.SerialNumber) != 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -577,6 +579,16 @@ func TestACMERenews(t *testing.T) {
 	}
 	if n := p.orders(); n != 2 {
 		t.Errorf("pebble got %d orders, want 2", n)
+	}
+
+	p.http.cut()
+	p.tls.cut()
+	s.waitLog(t, `msg="renewing the certificate failed; autocert tries again within 30 to 60 minutes and serves the old one meanwhile" name=api.petstore.test`, 1, 20*time.Second)
+	if n := strings.Count(s.stderr.String(), renewed); n != 1 {
+		t.Errorf("%d renewals stored, want 1", n)
+	}
+	if leaf, err := s.served(t, p, name); err != nil || leaf.SerialNumber.Cmp(second.SerialNumber) != 0 {
+		t.Errorf("after a failed renewal: %v, %v; want the second certificate served on", leaf.SerialNumber, err)
 	}
 }
 
