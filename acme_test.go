@@ -667,3 +667,28 @@ func TestACMEPostgresSharesOneCertificate(t *testing.T) {
 		t.Errorf("the instances serve %s and %s, want one certificate", a.SerialNumber, b.SerialNumber)
 	}
 }
+
+// TestACMECAFileMustLoad: an --acme-ca-file that cannot be read, or holds
+// no PEM certificate, ends the start with exit 1, naming the file. No CA is
+// needed: the server stops before it would ask one.
+func TestACMECAFileMustLoad(t *testing.T) {
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "not.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{
+		filepath.Join(dir, "missing.pem"): "--acme-ca-file: open " + filepath.Join(dir, "missing.pem") + ": no such file or directory",
+		notPEM:                            "--acme-ca-file " + notPEM + ": no PEM certificate in it",
+	} {
+		// Bounded: a server that started anyway stops after 10 s.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := run(ctx, []string{"serve", "--db", filepath.Join(dir, "p.db"), "--addr", "127.0.0.1:0", "--admin-addr", "off",
+			"--acme-domains", "api.petstore.test", "--acme-directory", "https://127.0.0.1:1/dir", "--acme-ca-file", file}, envFrom(nil), io.Discard, io.Discard)
+		cancel()
+		var out strings.Builder
+		if code := exitCode(err, &out); code != 1 || !strings.Contains(out.String(), want) {
+			t.Errorf("--acme-ca-file %s: exit %d, %q; want 1 and %q", file, code, out.String(), want)
+		}
+	}
+}
