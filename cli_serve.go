@@ -62,10 +62,6 @@ type serveConfig struct {
 	idleTimeout       time.Duration
 	logFormat         string
 	logLevel          slog.Level
-
-	// certWaiting says why no certificate can be served yet ("": one
-	// can), for /readyz; nil without HTTPS. Set by serve, not a flag.
-	certWaiting func() string
 }
 
 // validate checks the configuration as the flags gave it, naming the first

@@ -1,6 +1,6 @@
 // health.go owns the health checks: liveness (/healthz) and readiness
-// (/readyz: the database answers and, with HTTPS, a certificate can be
-// served; its body says where rate limits are kept), on both listeners.
+// (/readyz: the database answers; its body says where rate limits are
+// kept), on both listeners.
 
 package main
 
@@ -17,16 +17,8 @@ func handleHealth(env string) http.Handler {
 	})
 }
 
-func handleReady(store Store, lim rateLimiter, certWaiting func() string) http.Handler {
+func handleReady(store Store, lim rateLimiter) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// HTTPS without a certificate yet (ACME at start) serves nothing.
-		if certWaiting != nil {
-			if why := certWaiting(); why != "" {
-				w.Header().Set("Retry-After", retryAfterUnavailable)
-				writeError(w, r, errorf("unavailable", "%s", why))
-				return
-			}
-		}
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := store.Ready(ctx); err != nil {

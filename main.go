@@ -104,9 +104,6 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if certs != nil {
-		cfg.certWaiting = certs.waiting
-	}
 
 	bans := newBanQueue()
 	lim := newLimiter(limiterConfig{

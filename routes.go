@@ -38,7 +38,7 @@ func newServer(logger *slog.Logger, reqLog *requestLog, store Store, idem *idemp
 	api := apiRoutes(store, idem, cfg)
 	routes := append(api,
 		route{"GET /healthz", handleHealth(cfg.env)},
-		route{"GET /readyz", handleReady(store, lim, cfg.certWaiting)})
+		route{"GET /readyz", handleReady(store, lim)})
 	routes = append(routes, docsRoutes()...)
 	rt := newRouter(routes)
 	return chain(rt,
@@ -58,7 +58,7 @@ func newAdminServer(store Store, lim rateLimiter, m *serverMetrics, cfg serveCon
 	return chain(newRouter([]route{
 		{"GET /metrics", handleMetrics(m)},
 		{"GET /healthz", handleHealth(cfg.env)},
-		{"GET /readyz", handleReady(store, lim, cfg.certWaiting)},
+		{"GET /readyz", handleReady(store, lim)},
 	}), withRequestID) // every answer has an id, and nosniff
 }
 
