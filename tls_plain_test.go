@@ -291,6 +291,34 @@ func TestPlainListener(t *testing.T) {
 	}
 }
 
+// TestHTTPSTarget: the redirect's host is the request's when it is
+// --public-url's or an ACME domain's (any case, port and a final dot left
+// out), in our spelling, else --public-url's; the port is --public-url's,
+// left out when 443; an IPv6 host is bracketed.
+func TestHTTPSTarget(t *testing.T) {
+	acme := serveConfig{publicURL: "https://api.example.com/v1", acmeDomains: []string{"api.example.com", "www.example.org"}}
+	for _, c := range []struct {
+		cfg        serveConfig
+		host, want string
+	}{
+		{acme, "WWW.Example.ORG", "https://www.example.org/p?q"},
+		{acme, "www.example.org.:80", "https://www.example.org/p?q"},
+		{acme, "api.example.com", "https://api.example.com/p?q"},
+		{acme, "example.org", "https://api.example.com/p?q"},
+		{acme, "www.example.org.evil.example", "https://api.example.com/p?q"},
+		{acme, "", "https://api.example.com/p?q"},
+		{serveConfig{publicURL: "https://api.example.com:443/v1"}, "x", "https://api.example.com/p?q"},
+		{serveConfig{publicURL: "https://[::1]:8443/v1"}, "[::1]:80", "https://[::1]:8443/p?q"},
+		{serveConfig{publicURL: "https://[::1]/v1"}, "[::1]", "https://[::1]/p?q"},
+	} {
+		r := httptest.NewRequest("GET", "/p?q", nil)
+		r.Host = c.host
+		if got := newHTTPSTarget(c.cfg).url(r); got != c.want {
+			t.Errorf("%s, Host %q: %s, want %s", c.cfg.publicURL, c.host, got, c.want)
+		}
+	}
+}
+
 // handshakeFlood are bad handshakes, each ending in one failure on the
 // server: plain HTTP to the TLS port, a client that refuses the
 // certificate for a name it does not hold (an unknown SNI), a ClientHello
@@ -405,9 +433,12 @@ func TestHandshakeFloodIsBounded(t *testing.T) {
 	perSecond := map[string]int{}
 	countLines := map[string]int{}
 	logged, truncated, total := 0, 0, 0
+	long := 0
 	for ln := range strings.Lines(log) {
 		if len(ln) > 2048 {
-			t.Errorf("a line of %d bytes: %.300s...", len(ln), ln)
+			if long++; long == 1 {
+				t.Errorf("a line of %d bytes: %.300s...", len(ln), ln)
+			}
 		}
 		sec := ln[:min(len(ln), len("time=2006-01-02T15:04:05"))]
 		switch {
@@ -442,6 +473,9 @@ func TestHandshakeFloodIsBounded(t *testing.T) {
 		if n > logBudgetPerSecond || countLines[sec] > 1 {
 			t.Errorf("%s: %d handshake lines and %d count lines", sec, n, countLines[sec])
 		}
+	}
+	if long > 0 {
+		t.Errorf("%d lines longer than 2 KiB", long)
 	}
 	if truncated == 0 {
 		t.Errorf("no handshake line was cut: the ALPN kind's error should be")
