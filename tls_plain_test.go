@@ -593,6 +593,11 @@ func TestTLSMetrics(t *testing.T) {
 	if fams["petstore_acme_failures_total"] != nil {
 		t.Errorf("an ACME family without ACME")
 	}
+	for name, f := range fams {
+		if strings.HasPrefix(name, "petstore_") && (f.help == "" || f.help != families[name].help || f.typ == "" || f.metadataAfterData) {
+			t.Errorf("%s: help %q, type %q", name, f.help, f.typ)
+		}
+	}
 
 	plainServer := startServer(t)
 	for _, name := range []string{"petstore_tls_certificate_expiry_timestamp_seconds", "petstore_tls_handshake_errors_total", "petstore_acme_failures_total"} {
