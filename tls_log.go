@@ -30,8 +30,9 @@ const handshakeLevel = slog.LevelInfo
 // tlsErrorLog returns the ErrorLog of the HTTPS server. net/http writes
 // one line to it for every failed handshake, which anyone can cause a
 // thousand times a second: those are counted in the metrics and logged on
-// the budget of logBudgetPerSecond. Its other lines (an accept error,
-// HTTP/2's) go to logger as every server's do (newHTTPServer).
+// the budget of logBudgetPerSecond. HTTP/2's lines (one a connection, on
+// a client's protocol error) go on the budget too. Its other lines (an
+// accept error) go to logger as every server's do (newHTTPServer).
 func tlsErrorLog(reqLog *requestLog, m *serverMetrics, logger *slog.Logger) *log.Logger {
 	other := slog.NewLogLogger(logger.Handler(), slog.LevelWarn).Writer()
 	return log.New(&tlsErrorWriter{reqLog: reqLog, m: m, other: other}, "", 0)
@@ -46,6 +47,16 @@ type tlsErrorWriter struct {
 }
 
 func (w *tlsErrorWriter) Write(p []byte) (int, error) {
+	if bytes.HasPrefix(p, []byte("http2: ")) {
+		// HTTP/2 logs a client's protocol error or GOAWAY once a
+		// connection, which anyone can open a thousand times a second: on
+		// the budget too (as "http2"), and cut, as a GOAWAY's debug data
+		// is the client's.
+		if w.reqLog.allow("http2", slog.LevelWarn) {
+			w.other.Write([]byte(clipField(strings.TrimSuffix(string(p), "\n"))))
+		}
+		return len(p), nil
+	}
 	rest, ok := bytes.CutPrefix(p, []byte(handshakeErrorPrefix))
 	if !ok {
 		return w.other.Write(p)

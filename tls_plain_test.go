@@ -319,11 +319,13 @@ func TestHTTPSTarget(t *testing.T) {
 	}
 }
 
-// handshakeFlood are bad handshakes, each ending in one failure on the
-// server: plain HTTP to the TLS port, a client that refuses the
-// certificate for a name it does not hold (an unknown SNI), a ClientHello
-// cut short, and a ClientHello offering only kilobytes of ALPN protocols
-// no server speaks (which net/http's error quotes).
+// handshakeFlood makes a bad handshake of kind 0 to 3, each ending in one
+// failure on the server: plain HTTP to the TLS port, a client that refuses
+// the certificate for a name it does not hold (an unknown SNI), a
+// ClientHello cut short, and a ClientHello offering only kilobytes of ALPN
+// protocols no server speaks (which net/http's error quotes); or, kind 4,
+// an HTTP/2 connection that breaks the protocol, which the server logs
+// before its GOAWAY.
 func handshakeFlood(addr string, pool *x509.CertPool, kind int) error {
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
@@ -331,7 +333,7 @@ func handshakeFlood(addr string, pool *x509.CertPool, kind int) error {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
-	switch kind % 4 {
+	switch kind {
 	case 0:
 		if _, err := io.WriteString(c, "GET /v1/categories HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 			return err
@@ -361,6 +363,26 @@ func handshakeFlood(addr string, pool *x509.CertPool, kind int) error {
 		if err := tc.Handshake(); err == nil {
 			return fmt.Errorf("a handshake with unknown ALPN protocols succeeded")
 		}
+	case 4:
+		tc := tls.Client(c, &tls.Config{ServerName: "localhost", RootCAs: pool, NextProtos: []string{"h2"}})
+		if err := tc.Handshake(); err != nil || tc.ConnectionState().NegotiatedProtocol != "h2" {
+			return fmt.Errorf("h2: %v, %q", err, tc.ConnectionState().NegotiatedProtocol)
+		}
+		tc.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
+		tc.Write([]byte{0, 0, 0, 4, 0, 0, 0, 0, 0})             // SETTINGS, empty
+		tc.Write([]byte{0, 0, 4, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0}) // WINDOW_UPDATE of 0: PROTOCOL_ERROR
+		for {                                                   // the server's frames, up to its GOAWAY (type 7)
+			var head [9]byte
+			if _, err := io.ReadFull(tc, head[:]); err != nil {
+				return fmt.Errorf("h2: no GOAWAY: %v", err)
+			}
+			if _, err := io.CopyN(io.Discard, tc, int64(head[0])<<16|int64(head[1])<<8|int64(head[2])); err != nil {
+				return err
+			}
+			if head[3] == 7 {
+				return nil
+			}
+		}
 	}
 	return nil
 }
@@ -382,12 +404,15 @@ func waitMetric(t *testing.T, ts *testServer, sample string, want int) {
 	t.Fatalf("%s is %q after 10 s, want %d", sample, got, want)
 }
 
-// TestHandshakeFloodIsBounded floods the real HTTPS server with 2,000
-// failed handshakes of four kinds in two seconds of an injected clock.
-// Each is counted in petstore_tls_handshake_errors_total; no second of the
-// log holds more than logBudgetPerSecond of their lines and one count
-// line; the lines written and those counted as tls_handshake add up to
-// the count; no line is over 2 KiB though the ALPN kind's error quotes
+// TestHandshakeFloodIsBounded floods the real HTTPS server with 1,600
+// failed handshakes of four kinds and 400 HTTP/2 connections that break
+// the protocol, in two seconds of an injected clock. Each failed handshake
+// is counted in petstore_tls_handshake_errors_total; no second of the log
+// holds more than logBudgetPerSecond of their lines and one count line;
+// the lines written and those counted as tls_handshake add up to the
+// count, as those of HTTP/2 and those counted as http2 add up to the
+// connections, and the two kinds together wrote exactly the budget of the
+// two seconds; no line is over 2 KiB though the ALPN kind's error quotes
 // 4 KiB of what the client sent (cut, escaped: no line break of the
 // client's reaches the log); and a good client is still served.
 func TestHandshakeFloodIsBounded(t *testing.T) {
@@ -401,14 +426,16 @@ func TestHandshakeFloodIsBounded(t *testing.T) {
 	addr := strings.TrimPrefix(ts.base, "https://")
 	pool := certPool(t, certFile)
 
-	const windows, perWindow, workers = 2, 1000, 4
+	const windows, perWindow, workers, kinds = 2, 1000, 4, 5
+	const h2PerWindow = perWindow / kinds
+	const failures = windows * (perWindow - h2PerWindow) // handshakes that fail
 	for w := range windows {
 		clock.set(start.Add(time.Duration(w+1) * time.Second))
 		var wg sync.WaitGroup
 		for g := range workers {
 			wg.Go(func() {
 				for i := range perWindow / workers {
-					if err := handshakeFlood(addr, pool, g+i); err != nil {
+					if err := handshakeFlood(addr, pool, (g*perWindow/workers+i)%kinds); err != nil {
 						t.Error(err)
 						return
 					}
@@ -421,7 +448,7 @@ func TestHandshakeFloodIsBounded(t *testing.T) {
 		}
 		// The server logs each failure after the client has gone: all of
 		// this window's are in before the clock moves on.
-		waitMetric(t, ts, "petstore_tls_handshake_errors_total", (w+1)*perWindow)
+		waitMetric(t, ts, "petstore_tls_handshake_errors_total", (w+1)*(perWindow-h2PerWindow))
 	}
 	if r := ts.do(t, "GET", "/v1/categories", key, ""); r.status != http.StatusOK {
 		t.Fatalf("a good client after the flood: %d %s", r.status, r.body)
@@ -432,7 +459,7 @@ func TestHandshakeFloodIsBounded(t *testing.T) {
 
 	perSecond := map[string]int{}
 	countLines := map[string]int{}
-	logged, truncated, total := 0, 0, 0
+	logged, h2Logged, truncated, total := 0, 0, 0, 0
 	long := 0
 	for ln := range strings.Lines(log) {
 		if len(ln) > 2048 {
@@ -455,19 +482,27 @@ func TestHandshakeFloodIsBounded(t *testing.T) {
 		case strings.Contains(ln, ` msg="requests not logged" `):
 			countLines[sec]++
 			total += len(ln)
-		case strings.Contains(ln, "TLS handshake"):
+		case strings.Contains(ln, "http2: server connection error from 127.0.0.1:"):
+			// the logger's line, stamped by the real clock
+			h2Logged++
+			total += len(ln)
+		case strings.Contains(ln, "TLS handshake") || strings.Contains(ln, "http2"):
 			t.Errorf("a handshake line outside the budget: %s", ln)
 		}
 	}
-	var left int64
+	var left, h2Left int64
 	for _, c := range logCounts(t, "text", log) {
 		left += c["tls_handshake"]
+		h2Left += c["http2"]
 	}
-	if int64(logged)+left != windows*perWindow {
-		t.Errorf("%d handshake lines + %d counted = %d, want %d", logged, left, int64(logged)+left, windows*perWindow)
+	if int64(logged)+left != failures {
+		t.Errorf("%d handshake lines + %d counted = %d, want %d", logged, left, int64(logged)+left, failures)
 	}
-	if logged < logBudgetPerSecond || left == 0 {
-		t.Errorf("%d lines written, %d counted", logged, left)
+	if int64(h2Logged)+h2Left != windows*h2PerWindow {
+		t.Errorf("%d HTTP/2 lines + %d counted = %d, want %d", h2Logged, h2Left, int64(h2Logged)+h2Left, windows*h2PerWindow)
+	}
+	if logged+h2Logged != windows*logBudgetPerSecond {
+		t.Errorf("%d handshake and %d HTTP/2 lines written in %d seconds, want %d in all", logged, h2Logged, windows, windows*logBudgetPerSecond)
 	}
 	for sec, n := range perSecond {
 		if n > logBudgetPerSecond || countLines[sec] > 1 {
