@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -141,7 +143,8 @@ func startServerOn(t *testing.T, db, key string, args ...string) *testServer {
 }
 
 // startServerIn is startServerOn with run's context derived from parent,
-// which may carry a clock (clockKey).
+// which may carry a clock (clockKey). With --tls-cert in args the server's
+// base URL is https, and its client trusts the certificates of that file.
 func startServerIn(t *testing.T, parent context.Context, db, key string, args ...string) *testServer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(parent)
@@ -175,9 +178,13 @@ func startServerIn(t *testing.T, parent context.Context, db, key string, args ..
 		}
 	})
 	deadline := time.Now().Add(10 * time.Second)
+	scheme := "http://"
+	if tlsCertArg(args) != "" {
+		scheme = "https://"
+	}
 	for ts.base == "" {
 		if addr := logAddr(listeningRE, stderr.String()); addr != "" {
-			ts.base = "http://" + addr
+			ts.base = scheme + addr
 			if admin := logAddr(adminRE, stderr.String()); admin != "" {
 				ts.admin = "http://" + admin
 			}
@@ -227,9 +234,38 @@ func contractClient(t *testing.T, args []string) *http.Client {
 		t.Fatal(err)
 	}
 	c := contractFor(t, doc)
-	ct := &checkingTransport{base: &http.Transport{MaxIdleConnsPerHost: 16}, contract: func() *contract { return c }}
+	tr := &http.Transport{MaxIdleConnsPerHost: 16}
+	if f := tlsCertArg(args); f != "" {
+		tr.TLSClientConfig = &tls.Config{RootCAs: certPool(t, f)}
+	}
+	ct := &checkingTransport{base: tr, contract: func() *contract { return c }}
 	t.Cleanup(func() { ct.report(t) })
 	return &http.Client{Transport: ct}
+}
+
+// tlsCertArg returns the file of --tls-cert in a server's args, or "".
+func tlsCertArg(args []string) string {
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "--tls-cert" {
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
+// certPool returns a pool of the certificates in the PEM file: a test's
+// self-signed ones, which a client then trusts as roots.
+func certPool(t *testing.T, file string) *x509.CertPool {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		t.Fatalf("%s holds no certificate", file)
+	}
+	return pool
 }
 
 type response struct {

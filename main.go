@@ -152,18 +152,20 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	reqLog := newRequestLog(cfg.logFormat, cfg.logLevel, logs)
 	reqLog.now = clockOf(ctx)
 	logs.beforeFlush = func(final bool) { reqLog.endSecond(reqLog.now(), final) }
-	api := newHTTPServer(newServer(logger, reqLog, store, idem, keys, limits, metrics, cfg), cfg, logger)
+	api := newHTTPServer(newServer(logger, reqLog, store, idem, keys, limits, metrics, cfg, certs), cfg, logger)
 	if certs != nil {
 		useTLS(api, certs)
+		api.ErrorLog = tlsErrorLog(reqLog, metrics, logger) // failed handshakes: on the log budget, counted
+		metrics.servesTLS(certs, len(cfg.acmeDomains) > 0)
 	}
 	servers := []*http.Server{api}
 	listeners := []net.Listener{lns.api}
 	if lns.http != nil {
-		servers = append(servers, newHTTPServer(plainHandler(cfg, certs, reqLog), cfg, logger))
+		servers = append(servers, newHTTPServer(plainHandler(cfg, certs, reqLog, metrics, logger), cfg, logger))
 		listeners = append(listeners, lns.http)
 	}
 	if lns.admin != nil {
-		servers = append(servers, newHTTPServer(newAdminServer(store, limits, metrics, cfg), cfg, logger))
+		servers = append(servers, newHTTPServer(newAdminServer(store, limits, metrics, cfg, certs), cfg, logger))
 		listeners = append(listeners, lns.admin)
 	}
 	if err := createFirstKey(ctx, store, keys, cfg.env, stderr); err != nil {
