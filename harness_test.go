@@ -178,6 +178,9 @@ func startServerIn(t *testing.T, parent context.Context, db, key string, args ..
 	for ts.base == "" {
 		if addr := logAddr(listeningRE, stderr.String()); addr != "" {
 			ts.base = "http://" + addr
+			if slices.Contains(args, "--tls-cert") {
+				ts.base = "https://" + addr
+			}
 			if admin := logAddr(adminRE, stderr.String()); admin != "" {
 				ts.admin = "http://" + admin
 			}
@@ -227,7 +230,10 @@ func contractClient(t *testing.T, args []string) *http.Client {
 		t.Fatal(err)
 	}
 	c := contractFor(t, doc)
-	ct := &checkingTransport{base: &http.Transport{MaxIdleConnsPerHost: 16}, contract: func() *contract { return c }}
+	// With --tls-cert it speaks HTTP/1.1 over TLS (tlsClientConfig trusts
+	// the test's CA); clientOver (tls_test.go) speaks h2.
+	base := &http.Transport{MaxIdleConnsPerHost: 16, TLSClientConfig: tlsClientConfig(t, args)}
+	ct := &checkingTransport{base: base, contract: func() *contract { return c }}
 	t.Cleanup(func() { ct.report(t) })
 	return &http.Client{Transport: ct}
 }
