@@ -125,12 +125,16 @@ func (c *fileCerts) poll() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now, err := c.stamp()
-	switch {
-	case err != nil:
-		// A file missing for a moment (a move in progress) is no change
-		// yet; a lasting one shows on the next SIGHUP.
+	if err != nil {
+		// Gone or unreadable: the pair in memory is served on, and the
+		// files are read once they are back (their zero stamp differs).
+		if c.tried != (pairStamp{}) || !c.failed {
+			c.log.Warn("certificate files cannot be read; the old pair is kept", "err", err)
+		}
+		c.tried, c.failed = pairStamp{}, true
 		return
-	case now == c.tried && !c.failed:
+	}
+	if now == c.tried && !c.failed {
 		return
 	}
 	c.loadLocked(now, "files changed", now != c.tried)

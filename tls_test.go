@@ -441,15 +441,30 @@ func TestTLSReloadOnFileChange(t *testing.T) {
 	writeFile(t, certFile, p3.chain)
 	waitFor(t, 5*time.Second, "the rewritten pair served", func() bool { return servedSerial(t, ts.addr, ca.pool).Cmp(p3.serial) == 0 })
 
+	// A file gone is logged once, and read again once it is back.
+	if err := os.Remove(keyFile); err != nil {
+		t.Fatal(err)
+	}
+	gone := `msg="certificate files cannot be read; the old pair is kept" err="stat ` + keyFile + `: no such file or directory"`
+	waitFor(t, 5*time.Second, "a warning about the missing key", func() bool { return strings.Contains(log.String(), gone) })
+	p4 := ca.issue(t)
+	c4, k4 := renew(4, p4)
+	swapLink(t, k4, keyFile)
+	swapLink(t, c4, certFile)
+	waitFor(t, 5*time.Second, "the pair served once back", func() bool { return servedSerial(t, ts.addr, ca.pool).Cmp(p4.serial) == 0 })
+	if n := strings.Count(log.String(), "cannot be read"); n != 1 {
+		t.Errorf("%d warnings about the missing key, want 1", n)
+	}
+
 	// A broken certificate keeps the pair before it.
 	before := warnings()
 	writeFile(t, certFile, []byte("-----BEGIN CERTIFICATE-----\nnot a certificate\n-----END CERTIFICATE-----\n"))
 	waitFor(t, 5*time.Second, "a warning about the broken certificate", func() bool { return warnings() > before })
-	if got := servedSerial(t, ts.addr, ca.pool); got.Cmp(p3.serial) != 0 {
-		t.Errorf("serial %x served after a broken pair, want %x", got, p3.serial)
+	if got := servedSerial(t, ts.addr, ca.pool); got.Cmp(p4.serial) != 0 {
+		t.Errorf("serial %x served after a broken pair, want %x", got, p4.serial)
 	}
 	keptAlive("after a broken pair")
-	for _, p := range []testPair{p1, p2, p3} {
+	for _, p := range []testPair{p1, p2, p3, p4} {
 		if strings.Contains(log.String(), p.keyText()[:40]) || strings.Contains(log.String(), "PRIVATE KEY") {
 			t.Errorf("the log shows a private key:\n%s", log)
 		}
