@@ -18,9 +18,12 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"log"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
 	"os"
 	"path/filepath"
@@ -392,7 +395,9 @@ func TestTLSReloadOnFileChange(t *testing.T) {
 	swapLink(t, k1, keyFile)
 	ts := startTLSServerOn(t, ctx, db, key, ca, p1, certFile, keyFile)
 	log := ts.stderr
-	warnings := func() int { return strings.Count(log.String(), `msg="certificate files did not load; the old pair is kept"`) }
+	warnings := func() int {
+		return strings.Count(log.String(), `msg="certificate files did not load; the old pair is kept"`)
+	}
 
 	// Connections opened before the renewal, kept alive.
 	clients := map[string]*http.Client{"h2": ts.clientOver(t, "h2"), "http/1.1": ts.clientOver(t, "http/1.1")}
@@ -905,5 +910,44 @@ func TestTLSBanHoldOverHTTP2(t *testing.T) {
 	if answered != 100 || refused != streams-100 || early > 0 {
 		t.Errorf("%d streams: %d answered (%d before the hold of %v), %d refused; want 100 answered after the hold, %d refused",
 			streams, answered, early, hold, refused, streams-100)
+	}
+}
+
+// TestTLSPanicAfterStatusResetsStream checks docs/api.md's word on a
+// handler that fails after its status went out, over HTTP/2: that
+// request's stream is reset, so the client sees an error rather than a
+// short body that looks complete, and the connection's other requests go
+// on.
+func TestTLSPanicAfterStatusResetsStream(t *testing.T) {
+	h := recoverPanics(slog.New(slog.NewTextHandler(io.Discard, nil)))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		if r.URL.Path != "/panic" {
+			w.Write([]byte(`[]`))
+			return
+		}
+		w.Write([]byte(`[{"id":1}`))
+		http.NewResponseController(w).Flush()
+		panic("after the status")
+	}))
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(&recorder{ResponseWriter: w}, r) // the writer as logRequests hands it on
+	}))
+	srv.EnableHTTP2 = true
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.StartTLS()
+	defer srv.Close()
+	c := srv.Client()
+	resp, err := c.Get(srv.URL + "/panic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.Proto != "HTTP/2.0" || err == nil {
+		t.Errorf("%s %d, body %q read with error %v; want HTTP/2 and an error", resp.Proto, resp.StatusCode, body, err)
+	}
+	if resp, reused, _ := getOn(t, c, srv.URL, "/ok", ""); resp.StatusCode != 200 || !reused {
+		t.Errorf("the next request: %d over the same connection %v; want 200 over it", resp.StatusCode, reused)
 	}
 }
