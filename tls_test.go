@@ -85,6 +85,12 @@ type testPair struct {
 
 func (ca *testCA) issue(t testing.TB) testPair {
 	t.Helper()
+	return ca.issueUntil(t, time.Now().Add(12*time.Hour).Truncate(time.Second))
+}
+
+// issueUntil is issue with the certificate's end given.
+func (ca *testCA) issueUntil(t testing.TB, notAfter time.Time) testPair {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -98,8 +104,8 @@ func (ca *testCA) issue(t testing.TB) testPair {
 		Subject:      pkix.Name{CommonName: "localhost"},
 		DNSNames:     []string{"localhost"},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(12 * time.Hour).Truncate(time.Second),
+		NotBefore:    notAfter.Add(-24 * time.Hour),
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
@@ -469,7 +475,16 @@ func TestTLSReloadOnFileChange(t *testing.T) {
 		t.Errorf("serial %x served after a broken pair, want %x", got, p4.serial)
 	}
 	keptAlive("after a broken pair")
-	for _, p := range []testPair{p1, p2, p3, p4} {
+
+	// An expired pair loads (it is the operator's), with a warning.
+	p5 := ca.issueUntil(t, time.Now().Add(-time.Hour).Truncate(time.Second))
+	writeFile(t, keyFile, p5.key)
+	writeFile(t, certFile, p5.chain)
+	waitFor(t, 5*time.Second, "a warning that the loaded pair has expired", func() bool {
+		return strings.Contains(log.String(), `level=WARN msg="certificate files loaded" reason="files changed"`) &&
+			strings.Contains(log.String(), "serial="+p5.serial.Text(16))
+	})
+	for _, p := range []testPair{p1, p2, p3, p4, p5} {
 		if strings.Contains(log.String(), p.keyText()[:40]) || strings.Contains(log.String(), "PRIVATE KEY") {
 			t.Errorf("the log shows a private key:\n%s", log)
 		}
