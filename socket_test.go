@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -110,12 +112,13 @@ func restartUnderLoad(t *testing.T, db string) {
 	// the old process closes them when idle, and Go's client sends the
 	// request again on a new connection (GET, and POST with an
 	// Idempotency-Key).
+	ctx, abort := context.WithCancel(context.Background())
 	send := func(c *http.Client, method, path, body string, header ...string) (int, []byte, error) {
 		var rd io.Reader
 		if body != "" {
 			rd = strings.NewReader(body) // NewRequest sets GetBody: the body can be sent again
 		}
-		req, err := http.NewRequest(method, base+path, rd)
+		req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -172,8 +175,23 @@ func restartUnderLoad(t *testing.T, db string) {
 		return status, b, err
 	}
 	stop := make(chan struct{})
+	var (
+		wg, exits sync.WaitGroup
+		stopOnce  sync.Once
+	)
+	halt := func() {
+		stopOnce.Do(func() { close(stop) })
+		wg.Wait()
+		exits.Wait()
+	}
+	// A test that fails half way cuts its clients' requests short (the
+	// socket would keep them waiting) and waits for them and for the old
+	// processes before the processes are killed.
+	t.Cleanup(func() {
+		abort()
+		halt()
+	})
 	deadline := time.Now().Add(maxTime)
-	var wg sync.WaitGroup
 	for c := range clients {
 		wg.Go(func() {
 			client := newClient()
@@ -223,37 +241,72 @@ func restartUnderLoad(t *testing.T, db string) {
 		mu.Unlock()
 		for limit := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 			mu.Lock()
-			got := len(created)
+			got, failed := len(created), slices.Clone(failures)
 			mu.Unlock()
 			if got >= want {
 				return
 			}
 			if time.Now().After(limit) {
-				close(stop)
-				wg.Wait()
-				t.Fatalf("only %d of %d creates acknowledged within 20s; failures: %q", got, want, failures)
+				t.Fatalf("only %d of %d creates acknowledged within 20s; failures: %q", got, want, failed)
 			}
 		}
 	}
-	var exits sync.WaitGroup
-	for range restarts {
+	// waitLog waits until the process's log says what.
+	waitLog := func(p *serverProcess, what string) {
+		t.Helper()
+		for limit := time.Now().Add(20 * time.Second); !strings.Contains(p.stderr.String(), what); time.Sleep(5 * time.Millisecond) {
+			select {
+			case err := <-p.exited:
+				t.Fatalf("process %d exited (%v) before it logged %q:\n%s", p.cmd.Process.Pid, err, what, p.stderr.String())
+			default:
+			}
+			if time.Now().After(limit) {
+				t.Fatalf("process %d did not log %q within 20s:\n%s", p.cmd.Process.Pid, what, p.stderr.String())
+			}
+		}
+	}
+	sqlite := !isPostgresURL(db)
+	for r := range restarts {
 		progress(100)
+		// A create whose body the old process is still reading when the
+		// restart begins keeps it draining until the new one is on its
+		// way: on SQLite the new one must wait for the lock, on PostgreSQL
+		// both serve at once.
+		slow := slowCreate(t, base, key, fmt.Sprintf(`{"name":"slow-%d","categoryId":%d}`, r, cat.ID))
 		old := p
 		if err := old.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
-		p = start() // at once: on SQLite it waits for the old one's lock
+		p = start() // at once
 		exits.Go(func() {
-			if code := old.wait(t, 15*time.Second); code != 0 {
-				t.Errorf("old process %d exited %d, want 0:\n%s", old.cmd.Process.Pid, code, old.stderr.String())
+			select {
+			case err := <-old.exited:
+				if err != nil {
+					t.Errorf("old process %d: %v, want exit 0:\n%s", old.cmd.Process.Pid, err, old.stderr.String())
+				}
+			case <-time.After(15 * time.Second):
+				t.Errorf("old process %d did not exit within 15s of SIGTERM", old.cmd.Process.Pid)
 			}
 		})
-		p.waitListening(t, 20*time.Second)
+		if sqlite {
+			waitLog(p, "waiting for the previous serve to let go of the database")
+		} else {
+			p.waitListening(t, 20*time.Second)
+		}
+		a, err := slow.finish()
+		if err != nil {
+			fail("the create sent across restart %d: %v", r, err)
+		} else {
+			mu.Lock()
+			created = append(created, acked{a.ID, a.Name})
+			mu.Unlock()
+		}
+		if sqlite {
+			p.waitListening(t, 20*time.Second)
+		}
 	}
 	progress(100)
-	close(stop)
-	wg.Wait()
-	exits.Wait()
+	halt()
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -280,6 +333,75 @@ func restartUnderLoad(t *testing.T, db string) {
 	}
 	t.Logf("%d restarts, %d requests, %d creates acknowledged, %d missing, slowest request %v",
 		restarts, requests.Load(), len(created), missing, time.Duration(slowest.Load()).Round(time.Millisecond))
+}
+
+// slowRequest is a create whose body is held back: see slowCreate.
+type slowRequest struct {
+	body *io.PipeWriter
+	rest string
+	done chan error
+	pet  Pet
+}
+
+// slowCreate sends a keyed POST /v1/pets with body to base and returns once
+// the server has begun reading its body (it answered "100 Continue"), so
+// that the server process has it in hand; the rest of the body waits for
+// finish.
+func slowCreate(t *testing.T, base, key, body string) *slowRequest {
+	t.Helper()
+	pr, pw := io.Pipe()
+	req, err := http.NewRequest("POST", base+"/v1/pets", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = int64(len(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "slow-"+body)
+	req.Header.Set("Expect", "100-continue")
+	continued := make(chan struct{})
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		Got100Continue: func() { close(continued) },
+	}))
+	s := &slowRequest{body: pw, rest: body[1:], done: make(chan error, 1)}
+	go func() {
+		pw.Write([]byte(body[:1])) // the transport reads it only after the 100
+	}()
+	client := &http.Client{Transport: &http.Transport{ExpectContinueTimeout: 20 * time.Second}, Timeout: 30 * time.Second}
+	go func() {
+		resp, err := client.Do(req)
+		if err != nil {
+			s.done <- err
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusCreated {
+			s.done <- fmt.Errorf("%d %s", resp.StatusCode, b)
+			return
+		}
+		s.done <- json.Unmarshal(b, &s.pet)
+	}()
+	select {
+	case <-continued:
+	case err := <-s.done:
+		t.Fatalf("the slow create ended before its body was sent: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no 100 Continue within 10s")
+	}
+	return s
+}
+
+// finish sends the rest of the body and returns the created pet.
+func (s *slowRequest) finish() (Pet, error) {
+	io.WriteString(s.body, s.rest)
+	s.body.Close()
+	select {
+	case err := <-s.done:
+		return s.pet, err
+	case <-time.After(30 * time.Second):
+		return Pet{}, fmt.Errorf("no answer within 30s")
+	}
 }
 
 // TestActivatedServeWaitsForTheLock: on SQLite, a serve started by socket
