@@ -681,3 +681,64 @@ func TestPassedListenerRefusesWhatIsNoListener(t *testing.T) {
 		t.Errorf("listener on %s, want %s", ln.Addr(), addr)
 	}
 }
+
+// TestSystemdSocketActivate runs the real program under systemd's own
+// implementation of the protocol, systemd-socket-activate (Debian's systemd
+// package), which binds the socket, waits for a first connection and then
+// execs serve with it: the connection that woke it is answered, the log says
+// systemd=api, and SIGTERM stops it with exit 0.
+func TestSystemdSocketActivate(t *testing.T) {
+	bin, err := exec.LookPath("systemd-socket-activate")
+	if err != nil {
+		t.Skip("systemd-socket-activate (Debian's systemd package) is not installed")
+	}
+	db := filepath.Join(t.TempDir(), "petstore.db")
+	var p *serverProcess
+	var addr string
+	// It takes no port 0: try a free one, and another should something
+	// take it first.
+	for attempt := 0; p == nil; attempt++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr = ln.Addr().String()
+		ln.Close()
+		cmd := exec.Command(bin, "-l", addr, "--fdname=api", "-E", "PETSTORE_TEST_MAIN=1",
+			os.Args[0], "serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-addr", "off")
+		try := launchProcess(t, cmd)
+		for limit := time.Now().Add(10 * time.Second); !strings.Contains(try.stderr.String(), "Listening on "+addr); time.Sleep(5 * time.Millisecond) {
+			select {
+			case err := <-try.exited:
+				if attempt == 2 {
+					t.Fatalf("systemd-socket-activate exited (%v):\n%s", err, try.stderr.String())
+				}
+				try = nil
+			default:
+			}
+			if try == nil {
+				break
+			}
+			if time.Now().After(limit) {
+				t.Fatalf("systemd-socket-activate did not listen within 10s:\n%s", try.stderr.String())
+			}
+		}
+		p = try
+	}
+	resp, err := (&http.Client{Timeout: 20 * time.Second}).Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatalf("the first connection, which starts serve: %v\n%s", err, p.stderr.String())
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /healthz: %d, want 200", resp.StatusCode)
+	}
+	p.waitListening(t, 10*time.Second)
+	if p.addr != addr || !strings.Contains(p.stderr.String(), "systemd=api") {
+		t.Errorf("serve listens on %s, want the passed %s with systemd=api in its log:\n%s", p.addr, addr, p.stderr.String())
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(t, 10*time.Second); code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0", code)
+	}
+}
