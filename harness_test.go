@@ -615,10 +615,11 @@ func (ct *checkingTransport) report(t *testing.T) {
 
 // serverProcess is the real program running in a process of its own.
 type serverProcess struct {
-	cmd    *exec.Cmd
-	addr   string
-	stderr *syncBuffer
-	exited chan error
+	cmd       *exec.Cmd
+	addr      string // the API's address, once it listens
+	stderr    *syncBuffer
+	exited    chan error
+	listening chan string // the API's address when it logs "listening"
 }
 
 // startProcess runs "petstore serve" in a new process (this test binary,
@@ -628,6 +629,16 @@ func startProcess(t *testing.T, db string, args ...string) *serverProcess {
 	all := append([]string{"serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-addr", "off"}, args...)
 	cmd := exec.Command(os.Args[0], all...)
 	cmd.Env = append(os.Environ(), "PETSTORE_TEST_MAIN=1")
+	p := launchProcess(t, cmd)
+	p.waitListening(t, 10*time.Second)
+	return p
+}
+
+// launchProcess starts cmd, which runs the real program (with
+// PETSTORE_TEST_MAIN=1 in its environment), and collects its log; it does
+// not wait for anything. The process is killed when the test ends.
+func launchProcess(t *testing.T, cmd *exec.Cmd) *serverProcess {
+	t.Helper()
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -635,14 +646,13 @@ func startProcess(t *testing.T, db string, args ...string) *serverProcess {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &serverProcess{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
-	addr := make(chan string, 1)
+	p := &serverProcess{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1), listening: make(chan string, 1)}
 	go func() {
 		sc := bufio.NewScanner(pipe)
 		for sc.Scan() {
 			fmt.Fprintln(p.stderr, sc.Text())
 			if a := logAddr(listeningRE, sc.Text()); a != "" {
-				addr <- a
+				p.listening <- a
 			}
 		}
 		p.exited <- cmd.Wait()
@@ -650,17 +660,23 @@ func startProcess(t *testing.T, db string, args ...string) *serverProcess {
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		if t.Failed() {
-			t.Logf("server process log:\n%s", p.stderr.String())
+			t.Logf("server process %d log:\n%s", cmd.Process.Pid, p.stderr.String())
 		}
 	})
+	return p
+}
+
+// waitListening waits until the process listens, and fails the test if it
+// exits first or takes longer than within.
+func (p *serverProcess) waitListening(t *testing.T, within time.Duration) {
+	t.Helper()
 	select {
-	case p.addr = <-addr:
+	case p.addr = <-p.listening:
 	case err := <-p.exited:
 		t.Fatalf("the server process exited: %v\n%s", err, p.stderr.String())
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the server process did not start within 10s:\n%s", p.stderr.String())
+	case <-time.After(within):
+		t.Fatalf("the server process did not start within %v:\n%s", within, p.stderr.String())
 	}
-	return p
 }
 
 // wait waits for the process to exit and returns its exit code.
