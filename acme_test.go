@@ -3,17 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -71,9 +65,9 @@ func startPebble(t *testing.T, o pebbleOptions) *testPebble {
 	t.Helper()
 	bin := needPebble(t)
 	dir := t.TempDir()
-	p := &testPebble{log: &syncBuffer{}, caFile: filepath.Join(dir, "pebble-cert.pem")}
-	keyFile := filepath.Join(dir, "pebble-key.pem")
-	writeTestCert(t, p.caFile, keyFile)
+	p := &testPebble{log: &syncBuffer{}}
+	var keyFile string
+	p.caFile, keyFile = writeP256Pair(t, dir)
 	p.http, p.tls = pmStartProxy(t), pmStartProxy(t)
 	p.http.stall()
 	p.tls.stall()
@@ -227,56 +221,6 @@ func (p *testPebble) route(servers ...*acmeServer) {
 	p.tls.restore()
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return portOf(t, ln.Addr().String())
-}
-
-func portOf(t *testing.T, addr string) string {
-	t.Helper()
-	_, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return port
-}
-
-// writeTestCert writes a self-signed ECDSA certificate for 127.0.0.1 and
-// its key, in PEM.
-func writeTestCert(t *testing.T, certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "pebble in a petstore test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // acmeServer is "petstore serve --acme-domains" run through run, with its
 // three listeners on random loopback ports.
 type acmeServer struct {
@@ -424,7 +368,7 @@ func TestACMEObtainsAtStart(t *testing.T) {
 		}
 		serials[name] = leaf.SerialNumber.String()
 	}
-	if err := handshake(s.addr, "other.petstore.test"); err == nil {
+	if err := tryHandshake(s.addr, "other.petstore.test"); err == nil {
 		t.Errorf("a handshake for a name not listed got a certificate")
 	}
 	var dbs []string // where the certificates should be found
@@ -469,9 +413,9 @@ func TestACMEObtainsAtStart(t *testing.T) {
 	}
 }
 
-// handshake makes a TLS handshake with addr for name, without verifying
-// what it gets: it fails only if the server refuses.
-func handshake(addr, name string) error {
+// tryHandshake makes a TLS handshake with addr for name, without
+// verifying what it gets: it fails only if the server refuses.
+func tryHandshake(addr, name string) error {
 	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{ServerName: name, InsecureSkipVerify: true})
 	if err == nil {
 		conn.Close()
@@ -522,7 +466,7 @@ func TestACMERetriesWhileTheCAFails(t *testing.T) {
 	if want := []string{"100ms", "200ms", "400ms", "400ms"}; len(waits) < 4 || !slices.Equal(waits[:4], want) {
 		t.Errorf("the retries waited %v, want %v first", waits, want)
 	}
-	if err := handshake(s.addr, name); err == nil {
+	if err := tryHandshake(s.addr, name); err == nil {
 		t.Errorf("a handshake got a certificate before there was one")
 	}
 	s.waitLog(t, `no certificate for \\"api.petstore.test\\" yet: waiting for the ACME CA`, 1, 5*time.Second)

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -141,7 +143,8 @@ func startServerOn(t *testing.T, db, key string, args ...string) *testServer {
 }
 
 // startServerIn is startServerOn with run's context derived from parent,
-// which may carry a clock (clockKey).
+// which may carry a clock (clockKey). With --tls-cert in args the server's
+// base URL is https, and its client trusts the certificates of that file.
 func startServerIn(t *testing.T, parent context.Context, db, key string, args ...string) *testServer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(parent)
@@ -175,9 +178,13 @@ func startServerIn(t *testing.T, parent context.Context, db, key string, args ..
 		}
 	})
 	deadline := time.Now().Add(10 * time.Second)
+	scheme := "http://"
+	if tlsCertArg(args) != "" {
+		scheme = "https://"
+	}
 	for ts.base == "" {
 		if addr := logAddr(listeningRE, stderr.String()); addr != "" {
-			ts.base = "http://" + addr
+			ts.base = scheme + addr
 			if admin := logAddr(adminRE, stderr.String()); admin != "" {
 				ts.admin = "http://" + admin
 			}
@@ -227,9 +234,38 @@ func contractClient(t *testing.T, args []string) *http.Client {
 		t.Fatal(err)
 	}
 	c := contractFor(t, doc)
-	ct := &checkingTransport{base: &http.Transport{MaxIdleConnsPerHost: 16}, contract: func() *contract { return c }}
+	tr := &http.Transport{MaxIdleConnsPerHost: 16}
+	if f := tlsCertArg(args); f != "" {
+		tr.TLSClientConfig = &tls.Config{RootCAs: certPool(t, f)}
+	}
+	ct := &checkingTransport{base: tr, contract: func() *contract { return c }}
 	t.Cleanup(func() { ct.report(t) })
 	return &http.Client{Transport: ct}
+}
+
+// tlsCertArg returns the file of --tls-cert in a server's args, or "".
+func tlsCertArg(args []string) string {
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "--tls-cert" {
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
+// certPool returns a pool of the certificates in the PEM file: a test's
+// self-signed ones, which a client then trusts as roots.
+func certPool(t *testing.T, file string) *x509.CertPool {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		t.Fatalf("%s holds no certificate", file)
+	}
+	return pool
 }
 
 type response struct {
@@ -579,10 +615,11 @@ func (ct *checkingTransport) report(t *testing.T) {
 
 // serverProcess is the real program running in a process of its own.
 type serverProcess struct {
-	cmd    *exec.Cmd
-	addr   string
-	stderr *syncBuffer
-	exited chan error
+	cmd       *exec.Cmd
+	addr      string // the API's address, once it listens
+	stderr    *syncBuffer
+	exited    chan error
+	listening chan string // the API's address when it logs "listening"
 }
 
 // startProcess runs "petstore serve" in a new process (this test binary,
@@ -592,6 +629,16 @@ func startProcess(t *testing.T, db string, args ...string) *serverProcess {
 	all := append([]string{"serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-addr", "off"}, args...)
 	cmd := exec.Command(os.Args[0], all...)
 	cmd.Env = append(os.Environ(), "PETSTORE_TEST_MAIN=1")
+	p := launchProcess(t, cmd)
+	p.waitListening(t, 10*time.Second)
+	return p
+}
+
+// launchProcess starts cmd, which runs the real program (with
+// PETSTORE_TEST_MAIN=1 in its environment), and collects its log; it does
+// not wait for anything. The process is killed when the test ends.
+func launchProcess(t *testing.T, cmd *exec.Cmd) *serverProcess {
+	t.Helper()
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -599,14 +646,13 @@ func startProcess(t *testing.T, db string, args ...string) *serverProcess {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &serverProcess{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
-	addr := make(chan string, 1)
+	p := &serverProcess{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1), listening: make(chan string, 1)}
 	go func() {
 		sc := bufio.NewScanner(pipe)
 		for sc.Scan() {
 			fmt.Fprintln(p.stderr, sc.Text())
 			if a := logAddr(listeningRE, sc.Text()); a != "" {
-				addr <- a
+				p.listening <- a
 			}
 		}
 		p.exited <- cmd.Wait()
@@ -614,17 +660,23 @@ func startProcess(t *testing.T, db string, args ...string) *serverProcess {
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		if t.Failed() {
-			t.Logf("server process log:\n%s", p.stderr.String())
+			t.Logf("server process %d log:\n%s", cmd.Process.Pid, p.stderr.String())
 		}
 	})
+	return p
+}
+
+// waitListening waits until the process listens, and fails the test if it
+// exits first or takes longer than within.
+func (p *serverProcess) waitListening(t *testing.T, within time.Duration) {
+	t.Helper()
 	select {
-	case p.addr = <-addr:
+	case p.addr = <-p.listening:
 	case err := <-p.exited:
 		t.Fatalf("the server process exited: %v\n%s", err, p.stderr.String())
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the server process did not start within 10s:\n%s", p.stderr.String())
+	case <-time.After(within):
+		t.Fatalf("the server process did not start within %v:\n%s", within, p.stderr.String())
 	}
-	return p
 }
 
 // wait waits for the process to exit and returns its exit code.

@@ -1,6 +1,6 @@
 // health.go owns the health checks: liveness (/healthz) and readiness
-// (/readyz: the database answers; its body says where rate limits are
-// kept), on both listeners.
+// (/readyz: a certificate can be served and the database answers; its body
+// says where rate limits are kept), on both listeners.
 
 package main
 
@@ -17,8 +17,18 @@ func handleHealth(env string) http.Handler {
 	})
 }
 
-func handleReady(store Store, lim rateLimiter) http.Handler {
+// handleReady answers /readyz; certs is nil without HTTPS.
+func handleReady(store Store, lim rateLimiter, certs certSource) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Until a certificate can be served (an ACME CA has not answered
+		// yet), every HTTPS handshake fails: not ready, whatever else is.
+		if certs != nil {
+			if why := certs.waiting(); why != "" {
+				w.Header().Set("Retry-After", retryAfterUnavailable)
+				writeError(w, r, errorf("unavailable", "waiting for a certificate: %s", why))
+				return
+			}
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := store.Ready(ctx); err != nil {

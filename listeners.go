@@ -1,5 +1,6 @@
 // listeners.go owns serve's listening sockets: the API's (--addr), the
-// plain listener's (--http-addr) and the admin listener's (--admin-addr).
+// plain listener's (--http-addr) and the admin listener's (--admin-addr),
+// bound here unless systemd passed them (listeners_systemd.go).
 
 package main
 
@@ -12,6 +13,7 @@ import (
 // when off.
 type serveListeners struct {
 	api, http, admin net.Listener
+	fromSystemd      []string // the roles (api, http, admin) of those systemd passed
 }
 
 // close closes every listener that is open.
@@ -23,15 +25,16 @@ func (l serveListeners) close() {
 	}
 }
 
-// openListeners binds the addresses cfg names.
-func openListeners(cfg serveConfig) (serveListeners, error) {
-	var l serveListeners
+// openListeners binds the addresses cfg names for the listeners that
+// systemd did not pass (in passed): its addresses are ignored for those.
+func openListeners(cfg serveConfig, passed serveListeners) (serveListeners, error) {
+	l := passed
 	for _, b := range []struct {
 		ln   *net.Listener
 		addr string
 		flag string
 	}{{&l.api, cfg.addr, ""}, {&l.http, cfg.httpAddr, " (--http-addr)"}, {&l.admin, cfg.adminAddr, " (--admin-addr)"}} {
-		if b.addr == "" {
+		if b.addr == "" || *b.ln != nil {
 			continue
 		}
 		ln, err := net.Listen("tcp", b.addr)

@@ -74,9 +74,20 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	logs := newLogWriter(stderr)
 	defer logs.Flush() // registered first: runs after every other deferred log line
 	logger := newLogger(cfg.logFormat, cfg.logLevel, logs)
+	// Sockets passed by systemd (DECISIONS.md section 14) are taken first:
+	// they say whether this serve is the next process of a restart, and
+	// their queue holds new connections until it accepts.
+	passed, err := systemdListeners(cfg)
+	if err != nil {
+		return err
+	}
+	defer passed.close()
 	// One serve per SQLite file, before migrating or listening: a second
 	// one would keep caches and minute buckets of its own.
-	release, err := holdDatabase(ctx, cfg.db, true, 0)
+	release, err := holdServeLock(ctx, cfg.db, len(passed.fromSystemd) > 0, cfg.shutdownTimeout, func(pid int, wait time.Duration) {
+		logger.Info("waiting for the previous serve to let go of the database", "holder_pid", pid, "wait", wait)
+		logs.Flush()
+	})
 	if err != nil {
 		return err
 	}
@@ -143,7 +154,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		lim.loadDayCount(id, today, n)
 	}
 
-	lns, err := openListeners(cfg)
+	lns, err := openListeners(cfg, passed)
 	if err != nil {
 		return err
 	}
@@ -152,18 +163,20 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	reqLog := newRequestLog(cfg.logFormat, cfg.logLevel, logs)
 	reqLog.now = clockOf(ctx)
 	logs.beforeFlush = func(final bool) { reqLog.endSecond(reqLog.now(), final) }
-	api := newHTTPServer(newServer(logger, reqLog, store, idem, keys, limits, metrics, cfg), cfg, logger)
+	api := newHTTPServer(newServer(logger, reqLog, store, idem, keys, limits, metrics, cfg, certs), cfg, logger)
 	if certs != nil {
 		useTLS(api, certs)
+		api.ErrorLog = tlsErrorLog(reqLog, metrics, logger) // failed handshakes: on the log budget, counted
+		metrics.servesTLS(certs, len(cfg.acmeDomains) > 0)
 	}
 	servers := []*http.Server{api}
 	listeners := []net.Listener{lns.api}
 	if lns.http != nil {
-		servers = append(servers, newHTTPServer(plainHandler(cfg, certs, reqLog), cfg, logger))
+		servers = append(servers, newHTTPServer(plainHandler(cfg, certs, reqLog, metrics, logger), cfg, logger))
 		listeners = append(listeners, lns.http)
 	}
 	if lns.admin != nil {
-		servers = append(servers, newHTTPServer(newAdminServer(store, limits, metrics, cfg), cfg, logger))
+		servers = append(servers, newHTTPServer(newAdminServer(store, limits, metrics, cfg, certs), cfg, logger))
 		listeners = append(listeners, lns.admin)
 	}
 	if err := createFirstKey(ctx, store, keys, cfg.env, stderr); err != nil {
@@ -220,6 +233,9 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	}
 	if lns.admin != nil {
 		attrs = append(attrs, "admin_addr", lns.admin.Addr().String())
+	}
+	if len(lns.fromSystemd) > 0 {
+		attrs = append(attrs, "systemd", strings.Join(lns.fromSystemd, ","))
 	}
 	if cfg.redis != "" {
 		attrs = append(attrs, "redis", redactDB(cfg.redis), "redis_prefix", redisPrefix)

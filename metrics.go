@@ -46,6 +46,9 @@ type serverMetrics struct {
 	routes lazyMap[string, *routeMetrics] // by route pattern; "" for unrouted requests
 
 	scrapeSize atomic.Int64 // bytes the library wrote for the last scrape
+
+	handshakeErrors atomic.Uint64 // failed TLS handshakes (tls_log.go)
+	acmeFailures    atomic.Uint64 // failed ACME orders and renewals (acmeFailed)
 }
 
 // routeMetrics are one route's request counts by status and its latencies.
@@ -213,21 +216,24 @@ type family struct {
 // which the tests catch.
 var families = map[string]family{
 	// Ours.
-	"petstore_http_requests_total":           {help: "HTTP requests answered, by route and status: the route pattern (HEAD for a HEAD; for a 429, the route the request would have matched), or unmatched when none matched (404, 405)."},
-	"petstore_http_request_duration_seconds": {help: "Time from a request's arrival to the end of its answer, by route, as petstore_http_requests_total names it."},
-	"petstore_ratelimit_refusals_total":      {help: "Requests refused with 429, by reason: rate_limited, quota_exceeded, key_banned."},
-	"petstore_bans_total":                    {help: "Keys banned for going on after their 429s."},
-	"petstore_db_errors_total":               {help: "Requests that failed on a database error (busy, locked, full disk, I/O)."},
-	"petstore_group_commit_batches_total":    {help: "Transactions of the group commit, one fsync each."},
-	"petstore_group_commit_writes_total":     {help: "Creates held by the group commit's transactions."},
-	"petstore_category_list_reads_total":     {help: "Whole category lists read from the database."},
-	"petstore_limiter_tracked_keys":          {help: "API keys the rate limiter holds state for."},
-	"petstore_limiter_tracked_addrs":         {help: "Client addresses the rate limiter holds state for (at most --max-addrs)."},
-	"petstore_build_info":                    {help: "The version of petstore and of Go it was built with; always 1."},
-	"petstore_ratelimit_backend_up":          {help: "Whether Redis answers the rate limiter: 1 while it does, 0 while this instance limits on its own."},
-	"petstore_redis_calls_total":             {help: "Rate-limit script calls to Redis, answered or not."},
-	"petstore_redis_failures_total":          {help: "Rate-limit script calls to Redis that failed or took longer than --redis-timeout."},
-	"petstore_log_bytes_dropped_total":       {help: "Log bytes dropped because writing to stderr kept failing."},
+	"petstore_http_requests_total":                      {help: "HTTP requests answered, by route and status: the route pattern (HEAD for a HEAD; for a 429, the route the request would have matched), unmatched when none matched (404, 405), plain for the plain listener's answers."},
+	"petstore_http_request_duration_seconds":            {help: "Time from a request's arrival to the end of its answer, by route, as petstore_http_requests_total names it."},
+	"petstore_ratelimit_refusals_total":                 {help: "Requests refused with 429, by reason: rate_limited, quota_exceeded, key_banned."},
+	"petstore_bans_total":                               {help: "Keys banned for going on after their 429s."},
+	"petstore_db_errors_total":                          {help: "Requests that failed on a database error (busy, locked, full disk, I/O)."},
+	"petstore_group_commit_batches_total":               {help: "Transactions of the group commit, one fsync each."},
+	"petstore_group_commit_writes_total":                {help: "Creates held by the group commit's transactions."},
+	"petstore_category_list_reads_total":                {help: "Whole category lists read from the database."},
+	"petstore_limiter_tracked_keys":                     {help: "API keys the rate limiter holds state for."},
+	"petstore_limiter_tracked_addrs":                    {help: "Client addresses the rate limiter holds state for (at most --max-addrs)."},
+	"petstore_build_info":                               {help: "The version of petstore and of Go it was built with; always 1."},
+	"petstore_ratelimit_backend_up":                     {help: "Whether Redis answers the rate limiter: 1 while it does, 0 while this instance limits on its own."},
+	"petstore_redis_calls_total":                        {help: "Rate-limit script calls to Redis, answered or not."},
+	"petstore_redis_failures_total":                     {help: "Rate-limit script calls to Redis that failed or took longer than --redis-timeout."},
+	"petstore_log_bytes_dropped_total":                  {help: "Log bytes dropped because writing to stderr kept failing."},
+	"petstore_tls_certificate_expiry_timestamp_seconds": {help: "When each served certificate expires (its NotAfter), in seconds since the Unix epoch, by name."},
+	"petstore_tls_handshake_errors_total":               {help: "TLS handshakes on the API listener that failed (plain HTTP, a bad or truncated ClientHello, a client refusing the certificate)."},
+	"petstore_acme_failures_total":                      {help: "Attempts to obtain or renew a certificate from the ACME CA that failed."},
 
 	// The Go runtime's, from runtime/metrics and runtime.MemStats.
 	// Histograms from runtime/metrics, which keeps no sum: their _count is

@@ -127,10 +127,18 @@ func (p *headerProbe) WriteHeader(status int)      { p.status = status }
 // Add would copy it, never write into it.
 var nosniff = []string{"nosniff"}
 
+// hsts is the value of Strict-Transport-Security on HTTPS answers, shared
+// as nosniff is: a year, after which a browser that saw it may ask over
+// plain HTTP again. No includeSubDomains: the API's host says nothing of
+// its siblings.
+var hsts = []string{"max-age=31536000"}
+
 // withRequestID gives every response an X-Request-Id, the client's own
 // when it is sane, else a random one; and X-Content-Type-Options:
 // nosniff, so that no browser takes a body for HTML (a 404's echoes the
-// path). It runs first on both listeners, so every answer has them.
+// path). It runs first on both listeners, so every answer has them. An
+// HTTPS answer also carries Strict-Transport-Security (DECISIONS.md
+// section 13); a plain one never does (RFC 6797 section 7.2).
 func withRequestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get("X-Request-Id")
@@ -140,6 +148,9 @@ func withRequestID(next http.Handler) http.Handler {
 		h := w.Header()
 		h["X-Request-Id"] = []string{id}
 		h["X-Content-Type-Options"] = nosniff
+		if r.TLS != nil {
+			h["Strict-Transport-Security"] = hsts
+		}
 		next.ServeHTTP(w, r)
 	})
 }

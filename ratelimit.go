@@ -51,13 +51,15 @@ type limiterBackend struct {
 //
 // A banned key's request waits hold before its 429 (--ban-hold): a key is
 // banned for sending on and on while refused, so a client that loops
-// without reading Retry-After gets at most 1/hold answers a second on each
-// connection, and its flood costs the server next to nothing, instead of a
-// refusal's CPU as fast as the loop can go, taken from every other key
-// (BENCHMARKS.md, row 10). The wait holds no lock; it ends early when the
-// client hangs up, as far as net/http notices (a request whose body is
-// still unread waits the whole hold); a server shutting down waits for it
-// at most hold. The log's duration and the latency metrics include it.
+// without reading Retry-After gets at most 1/hold answers a second for each
+// request it has open at a time (one on an HTTP/1.1 connection, up to
+// maxStreams on an HTTP/2 one), and its flood costs the server next to
+// nothing, instead of a refusal's CPU as fast as the loop can go, taken
+// from every other key (BENCHMARKS.md, row 10). The wait holds no lock; it
+// ends early when the client hangs up, as far as net/http notices (a
+// request whose body is still unread waits the whole hold); a server
+// shutting down waits for it at most hold. The log's duration and the
+// latency metrics include it.
 //
 // A refused request is not routed: routeOf names the route it would have
 // matched, for the log and the metrics.

@@ -52,6 +52,34 @@ func holdDatabase(ctx context.Context, db string, create bool, wait time.Duratio
 	return lockServing(ctx, db, wait)
 }
 
+// activatedLockSlack is how much longer than --shutdown-timeout a serve
+// started by socket activation waits for the previous one's lock: the
+// previous one's drain, then its last checkpoint and close.
+const activatedLockSlack = 5 * time.Second
+
+// holdServeLock is holdDatabase for serve. Started by socket activation
+// (activated), serve is the next process of a restart, and the previous one
+// may still be draining: it waits for the lock up to drain (the
+// --shutdown-timeout) plus activatedLockSlack, calling waiting once with
+// the holder's pid when it has to wait, then exits naming the holder.
+// Meanwhile the passed sockets, open but not yet accepted on, keep new
+// connections in their queue. Started otherwise, serve does not wait: a
+// second server on one file is a mistake to report at once.
+func holdServeLock(ctx context.Context, db string, activated bool, drain time.Duration, waiting func(pid int, wait time.Duration)) (release func(), err error) {
+	release, err = holdDatabase(ctx, db, true, 0)
+	var he *heldError
+	if !activated || !errors.As(err, &he) {
+		return release, err
+	}
+	wait := drain + activatedLockSlack
+	waiting(he.pid, wait)
+	release, err = lockServing(ctx, db, wait)
+	if errors.As(err, &he) && ctx.Err() == nil {
+		return nil, fmt.Errorf("started by socket activation, waited %v (--shutdown-timeout plus %v) for the previous serve to stop: %w", wait, activatedLockSlack, err)
+	}
+	return release, err
+}
+
 // lockFile returns the path of db's lock file: beside the file that SQLite
 // opens, so that a symbolic link and its target share one lock.
 func lockFile(db string) string {

@@ -136,12 +136,3 @@ func checkDomain(name string) (string, error) {
 	}
 	return ascii, nil
 }
-
-// plainHandler is what the plain listener (--http-addr) serves: ACME's
-// HTTP-01 challenges, a 308 to https for every other path outside the API,
-// and a JSON 403 for /v1/... (the API is HTTPS only).
-func plainHandler(cfg serveConfig, certs certSource, reqLog *requestLog) http.Handler {
-	return certs.challenges(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, "not built yet", http.StatusNotImplemented)
-	}))
-}

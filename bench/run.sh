@@ -3,21 +3,28 @@
 # BENCHMARKS.md. Prints one Markdown table and saves it to bench/out/results.md.
 #   DURATION=10s RUNS=3 WARMUP=3s bench/run.sh    # the full run (about 4 min)
 #   QUICK=1 bench/run.sh                          # smoke test: 1 x 2 s, no 1M rows
+#   ROWS=tls bench/run.sh                         # only the HTTPS rows 11-13 (and row 4)
 # Rows 7 run petstore on PostgreSQL (PETSTORE_BENCH_POSTGRES, default the
 # local test database; a schema of its own, dropped at the end), with
 # PostgreSQL's processes pinned to CPU 0 beside wrk for the run. Rows 8 run
 # petstore on SQLite with --redis, on a private redis-server pinned to CPU 0
 # beside wrk (skipped without redis-server). Rows 9 are POSTs with an
-# Idempotency-Key each, on the servers of rows 2 and 7.
+# Idempotency-Key each, on the servers of rows 2 and 7. Rows 11-13 are
+# HTTPS (bench/tls.sh): petstore with --tls-cert against itself over plain
+# HTTP and against Caddy in front of it, keep-alive and a full handshake
+# per request, all servers on CPU 1 (installs caddy and a C compiler for
+# bench/fullhandshake.c if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DURATION=${DURATION:-10s} RUNS=${RUNS:-3} WARMUP=${WARMUP:-3s} QUICK=${QUICK:-0}
+DURATION=${DURATION:-10s} RUNS=${RUNS:-3} WARMUP=${WARMUP:-3s} QUICK=${QUICK:-0} ROWS=${ROWS:-all}
+[[ $ROWS == all || $ROWS == tls ]] || { echo "bench: ROWS is all or tls, not $ROWS" >&2; exit 2; }
 if [[ $QUICK == 1 ]]; then DURATION=2s RUNS=1 WARMUP=1s; fi
 BIG=1000000
 
 need() { command -v "$1" >/dev/null || { apt-get update -qq && apt-get install -y -qq "$2" >/dev/null; }; }
 need wrk wrk; need taskset util-linux; need curl curl
+need caddy caddy; need cc gcc; need openssl openssl
 [[ $QUICK == 1 ]] || need sqlite3 sqlite3
 
 OUT=bench/out; mkdir -p "$OUT/wrk"; rm -f "$OUT"/wrk/*.txt "$OUT"/wrk/*.cpu
@@ -50,9 +57,9 @@ free_port() {
 		(: </dev/tcp/127.0.0.1/$p) 2>/dev/null || { echo "$p"; return; }
 	done
 }
-wait_up() { # url: the server is ready when it answers at all
-	for _ in $(seq 500); do curl -s -o /dev/null "$1" && return; sleep 0.02; done
-	log "no answer from $1"; exit 1
+wait_up() { # url: the server is ready when it answers at all (https: any certificate)
+	for _ in $(seq 500); do curl -sk -o /dev/null "$1" && return; sleep 0.02; done
+	log "no answer from $1; the servers' logs end:"; tail -n 3 "$TMP"/*.log >&2; exit 1
 }
 start() { # name cmd...: the server runs alone on CPU 1, wrk on CPU 0
 	local name=$1; shift
@@ -66,7 +73,7 @@ serve_petstore() { # db [flags...]: the default log level, so each request is lo
 	local db=$1; shift
 	PORT=$(free_port)
 	start petstore "$TMP/petstore" serve --db "$db" --addr "127.0.0.1:$PORT" --admin-addr off "$@"
-	P="http://127.0.0.1:$PORT"
+	P="${SCHEME:-http}://127.0.0.1:$PORT"
 	wait_up "$P/healthz"
 }
 
@@ -80,18 +87,23 @@ median() { sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 # warm url [wrk args...]: a warm-up run, not recorded.
 warm() {
 	local url=$1; shift
-	RUN_PREFIX="w$RANDOM$RANDOM" taskset -c 0 wrk -t1 -c32 -d"$WARMUP" "$@" "$url" >/dev/null
+	LD_PRELOAD=${PRELOAD:-} RUN_PREFIX="w$RANDOM$RANDOM" taskset -c 0 wrk -t1 -c32 -d"$WARMUP" "$@" "$url" >/dev/null
 }
 # run_once label i url [wrk args...]: timed run i, kept in $OUT/wrk/label-i.txt,
-# with 32 connections (CONNS to change); CPU_PID's CPU time over the run
-# goes to $OUT/wrk/label-i.cpu, in clock ticks.
+# with 32 connections (CONNS to change); the CPU time of CPU_PID (one pid
+# or several) over the run goes to $OUT/wrk/label-i.cpu, in clock ticks.
+# PRELOAD is wrk's LD_PRELOAD (row 12's full handshakes).
 run_once() {
 	local label=$1 i=$2 url=$3 t0; shift 3
 	[[ -z ${CPU_PID:-} ]] || t0=$(cpu_ticks "$CPU_PID")
-	RUN_PREFIX="r$RANDOM$RANDOM$i" taskset -c 0 wrk -t1 -c"${CONNS:-32}" -d"$DURATION" --latency "$@" "$url" >"$OUT/wrk/$label-$i.txt"
+	LD_PRELOAD=${PRELOAD:-} RUN_PREFIX="r$RANDOM$RANDOM$i" taskset -c 0 wrk -t1 -c"${CONNS:-32}" -d"$DURATION" --latency "$@" "$url" >"$OUT/wrk/$label-$i.txt"
 	[[ -z ${CPU_PID:-} ]] || echo $(($(cpu_ticks "$CPU_PID") - t0)) >"$OUT/wrk/$label-$i.cpu"
 }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime
+cpu_ticks() { # "pid...": utime + stime, all threads, summed over the pids
+	local p n=0
+	for p in $1; do n=$((n + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
+	echo "$n"
+}
 # cpu_us label: the server's CPU time per request over label's runs, in us.
 cpu_us() {
 	local ticks reqs
@@ -124,11 +136,29 @@ load() {
 	summarize "$label"
 }
 
-ROWS=()
-row() { ROWS+=("| $(IFS='|'; echo "$*" | sed 's/|/ | /g') |"); }
+TABLE=()
+row() { TABLE+=("| $(IFS='|'; echo "$*" | sed 's/|/ | /g') |"); }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 ok() { awk "BEGIN {exit !($1)}" && echo yes || echo NO; }
 note() { [[ $BAD == 0 ]] && echo "" || echo " ($BAD failed)"; }
+mib() { awk -v b="$1" 'BEGIN {printf "%.1f", b / 1048576}'; }
+binary_rows() {
+	local size b_size
+	size=$(stat -c %s "$TMP/petstore") b_size=$(stat -c %s "$TMP/baseline")
+	row 4 "binary size, -trimpath -s -w: petstore" "" "" "" "" "$(mib "$size") MiB" "$(ratio "$size" "$b_size")" "<= 18 MiB" "$(ok "$size <= 18 * 1048576")"
+	row 4 "binary size, -trimpath -s -w: baseline" "" "" "" "" "$(mib "$b_size") MiB" 1.00 "" ""
+}
+table() {
+	{
+		echo "Machine: $(nproc) CPUs, $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), $(go version | cut -d' ' -f3-)."
+		echo "wrk -t1 -c32 on CPU 0, server on CPU 1; warm-up $WARMUP, then median of $RUNS x $DURATION; petstore logs every request (info) to a file."
+		echo
+		echo "| row | what | req/s | p50 ms | p99 ms | peak RSS | value | ratio to baseline | target | met |"
+		echo "|---|---|---:|---:|---:|---:|---:|---:|---|---|"
+		printf '%s\n' "${TABLE[@]}"
+	} | tee "$OUT/results.md"
+}
+source bench/tls.sh
 
 # --- petstore, 100 categories ------------------------------------------------
 DB=$TMP/petstore.db
@@ -143,13 +173,21 @@ for i in $(seq -f %03g 1 100); do
 done
 petstore backup --db "$DB" "$TMP/seeded.db" >/dev/null 2>&1 # for the start-up row: 100 rows, not 100 + POSTs
 curl -s -D "$TMP/headers.txt" "${AUTH[@]}" "$P/v1/categories" >"$TMP/list.json"
+PS_PID=$PID
+
+if [[ $ROWS == tls ]]; then
+	stop "$PS_PID"
+	binary_rows
+	tls_rows
+	table
+	exit 0
+fi
 
 # The baseline runs beside petstore, also on CPU 1, and the timed runs
 # alternate between the two (petstore, baseline, petstore, ...): this
 # machine's speed drifts by 10-30% over minutes, and alternating puts both
 # servers under the same drift. The idle one uses next to no CPU (petstore
 # wakes ten times a second to flush its log, and once to poll its keys).
-PS_PID=$PID
 PORT=$(free_port)
 start baseline "$TMP/baseline" -addr "127.0.0.1:$PORT"
 B_PID=$PID
@@ -332,10 +370,7 @@ if [[ -n $Q ]]; then
 	pg_pin "0-$(($(nproc) - 1))"
 fi
 
-SIZE=$(stat -c %s "$TMP/petstore") B_SIZE=$(stat -c %s "$TMP/baseline")
-mib() { awk -v b="$1" 'BEGIN {printf "%.1f", b / 1048576}'; }
-row 4 "binary size, -trimpath -s -w: petstore" "" "" "" "" "$(mib "$SIZE") MiB" "$(ratio "$SIZE" "$B_SIZE")" "<= 18 MiB" "$(ok "$SIZE <= 18 * 1048576")"
-row 4 "binary size, -trimpath -s -w: baseline" "" "" "" "" "$(mib "$B_SIZE") MiB" 1.00 "" ""
+binary_rows
 
 # --- exec to first 2xx -----------------------------------------------------
 log "start-up, median of 10"
@@ -422,12 +457,7 @@ row 10 "the same while a free key floods on 16 connections${FF_BAD}" "$FF_RPS" "
 row 10 "server CPU per request: the free key flooding alone, 16 connections ($REF_RPS req/s, $FLOOD_2XX of them 2xx)" "" "" "" "" "$R_US us" "$(ratio "$R_US" "$G_US") (vs the list)" "<= 0.6 x the list" "$(ok "$R_US <= 0.6 * $G_US")"
 row 10 "server CPU per request: row 1's list, 32 connections, alternated with the flood" "" "" "" "" "$G_US us" "" "" ""
 
-# --- the table -------------------------------------------------------------
-{
-	echo "Machine: $(nproc) CPUs, $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), $(go version | cut -d' ' -f3-)."
-	echo "wrk -t1 -c32 on CPU 0, server on CPU 1; warm-up $WARMUP, then median of $RUNS x $DURATION; petstore logs every request (info) to a file."
-	echo
-	echo "| row | what | req/s | p50 ms | p99 ms | peak RSS | value | ratio to baseline | target | met |"
-	echo "|---|---|---:|---:|---:|---:|---:|---:|---|---|"
-	printf '%s\n' "${ROWS[@]}"
-} | tee "$OUT/results.md"
+# --- HTTPS, rows 11-13 (bench/tls.sh) ------------------------------------
+tls_rows
+
+table

@@ -6,9 +6,14 @@
 // petstore sent for the same list and runs with petstore's server timeouts:
 // what net/http itself costs for the answer petstore must give, with none
 // of petstore's work (auth, limits, log, metrics) behind it.
+//
+// With -tls-cert and -tls-key it serves HTTPS and counts its handshakes,
+// full and resumed, at GET /handshakes: run.sh checks with it that wrk's
+// handshakes in the handshake rows are all full ones.
 package main
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -16,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -61,6 +67,8 @@ func main() {
 	n := flag.Int("categories", 100, "categories in the precomputed GET answer")
 	headers := flag.String("headers", "", "a file of `header` lines (curl -D) to send with the GET list, precomputed")
 	timeouts := flag.Bool("timeouts", false, "the server timeouts petstore serve uses by default")
+	certFile := flag.String("tls-cert", "", "serve HTTPS with this certificate `file` (and -tls-key)")
+	keyFile := flag.String("tls-key", "", "the certificate's key `file`")
 	flag.Parse()
 
 	list := categories(*n)
@@ -104,5 +112,20 @@ func main() {
 		srv.ReadHeaderTimeout, srv.ReadTimeout = 5*time.Second, 30*time.Second
 		srv.WriteTimeout, srv.IdleTimeout = 60*time.Second, 120*time.Second
 	}
-	log.Fatal(srv.ListenAndServe())
+	if *certFile == "" {
+		log.Fatal(srv.ListenAndServe())
+	}
+	var full, resumed atomic.Int64
+	srv.TLSConfig = &tls.Config{VerifyConnection: func(cs tls.ConnectionState) error {
+		if cs.DidResume {
+			resumed.Add(1)
+		} else {
+			full.Add(1)
+		}
+		return nil
+	}}
+	mux.HandleFunc("GET /handshakes", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "full %d resumed %d\n", full.Load(), resumed.Load())
+	})
+	log.Fatal(srv.ListenAndServeTLS(*certFile, *keyFile))
 }
