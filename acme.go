@@ -7,6 +7,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -71,8 +72,9 @@ type acmeCerts struct {
 	// orders (only tokens go to it).
 	reader    *autocert.Manager
 	transport *acmeTransport
-
-	failures atomic.Int64 // failed attempts: at start, and renewals
+	// metrics counts the failed attempts (at start, and renewals); serve
+	// sets it before run, and a nil one counts nothing.
+	metrics *serverMetrics
 }
 
 // acmeDomain is a listed name: hello is a ClientHello for it that asks for
@@ -94,7 +96,7 @@ func newACMECerts(ctx context.Context, cfg serveConfig, store Store, logger *slo
 	c.cache = newACMECache(store, cfg.acmeDirectory, cfg.acmeDomains, time.Now, logger)
 	c.cache.caRequests = tr.requests.Load
 	c.cache.renewalFailed = func(name string) {
-		c.failures.Add(1)
+		c.metrics.acmeFailed()
 		c.log.Warn("renewing the certificate failed; autocert tries again within 30 to 60 minutes and serves the old one meanwhile",
 			"name", name, "directory", c.dir)
 	}
@@ -188,7 +190,7 @@ func (c *acmeCerts) obtain(ctx context.Context, d *acmeDomain, t acmeTimings) {
 			c.cache.serve(d.name)
 			return
 		}
-		c.failures.Add(1)
+		c.metrics.acmeFailed()
 		c.log.Warn("no certificate from the ACME CA yet; trying again", "name", d.name, "directory", c.dir, "err", err, "retry_in", wait)
 		select {
 		case <-ctx.Done():
@@ -290,14 +292,14 @@ func (c *acmeCerts) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate
 		if hello.ServerName == "" {
 			return nil, errors.New("no server name (SNI) in the handshake")
 		}
-		return nil, fmt.Errorf("no certificate for %q: not one of --acme-domains", hello.ServerName)
+		return nil, fmt.Errorf("no certificate for %s: not one of --acme-domains", hello.ServerName)
 	}
 	if len(hello.SupportedProtos) == 1 && hello.SupportedProtos[0] == acme.ALPNProto {
 		return c.reader.GetCertificate(hello)
 	}
 	m := d.m.Load()
 	if m == nil {
-		return nil, fmt.Errorf("no certificate for %q yet: waiting for the ACME CA", d.name)
+		return nil, fmt.Errorf("no certificate for %s yet: waiting for the ACME CA", d.name)
 	}
 	return m.GetCertificate(d.hello)
 }
@@ -322,7 +324,7 @@ func (c *acmeCerts) reload() {
 func (c *acmeCerts) waiting() string {
 	for _, d := range c.domains {
 		if d.m.Load() == nil {
-			return "waiting for a certificate for " + d.name
+			return "none yet for " + d.name + " from the ACME CA"
 		}
 	}
 	return ""
@@ -340,24 +342,54 @@ func (c *acmeCerts) expiries() map[string]time.Time {
 	return exp
 }
 
-// acmeFailures counts failed attempts at a certificate (at start, and
-// renewals), for the metrics.
-func (c *acmeCerts) acmeFailures() int64 { return c.failures.Load() }
-
 // challenges answers HTTP-01 on the plain listener, from the database, for
-// the listed names; the port that a CA other than Let's Encrypt may put in
-// the Host header is left out.
+// the listed names (in a Host header with a port too, as a CA other than
+// Let's Encrypt may send); a challenge path of another host is any path
+// to next, and a token unknown a JSON 404.
 func (c *acmeCerts) challenges(next http.Handler) http.Handler {
-	h := c.reader.HTTPHandler(next)
+	h := c.reader.HTTPHandler(nil)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/.well-known/acme-challenge/") {
-			if host, _, err := net.SplitHostPort(r.Host); err == nil {
-				r = r.Clone(r.Context())
-				r.Host = host
-			}
+		host := r.Host
+		if hostOnly, _, err := net.SplitHostPort(host); err == nil {
+			host = hostOnly
 		}
-		h.ServeHTTP(w, r)
+		d := c.domain(host)
+		if !strings.HasPrefix(r.URL.Path, "/.well-known/acme-challenge/") || d == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		r = r.Clone(r.Context())
+		r.Host = d.name
+		a := &challengeAnswer{header: http.Header{}}
+		h.ServeHTTP(a, r)
+		if a.status != http.StatusOK {
+			writeError(w, r, errorf("not_found", "no ACME challenge answer for %s at this path", d.name))
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		w.Write(a.body.Bytes())
 	})
+}
+
+// challengeAnswer keeps what autocert's HTTP-01 handler answers: a token's
+// key authorization (some 90 bytes), or its plain-text error.
+type challengeAnswer struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (a *challengeAnswer) Header() http.Header { return a.header }
+
+func (a *challengeAnswer) WriteHeader(status int) {
+	if a.status == 0 {
+		a.status = status
+	}
+}
+
+func (a *challengeAnswer) Write(b []byte) (int, error) {
+	a.WriteHeader(http.StatusOK)
+	return a.body.Write(b)
 }
 
 func (c *acmeCerts) nextProtos() []string { return []string{acme.ALPNProto} }

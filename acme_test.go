@@ -321,6 +321,28 @@ func (s *acmeServer) served(t *testing.T, p *testPebble, name string) (*x509.Cer
 	return conn.ConnectionState().PeerCertificates[0], nil
 }
 
+// metric returns the value of the admin listener's metric (its name
+// with labels, as scraped), or -1 if there is none.
+func (s *acmeServer) metric(t *testing.T, series string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + s.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			var f float64
+			if _, err := fmt.Sscan(v, &f); err != nil {
+				t.Fatalf("%s: %q", series, line)
+			}
+			return f
+		}
+	}
+	return -1
+}
+
 // ready returns the status and body of the admin listener's /readyz.
 func (s *acmeServer) ready(t *testing.T) (int, string) {
 	t.Helper()
@@ -367,6 +389,12 @@ func TestACMEObtainsAtStart(t *testing.T) {
 			t.Errorf("the certificate served for %s is for %v", name, leaf.DNSNames)
 		}
 		serials[name] = leaf.SerialNumber.String()
+		if exp := s.metric(t, fmt.Sprintf("petstore_tls_certificate_expiry_timestamp_seconds{name=%q}", name)); exp != float64(leaf.NotAfter.Unix()) {
+			t.Errorf("the expiry of %s in the metrics: %v, want %d", name, exp, leaf.NotAfter.Unix())
+		}
+	}
+	if n := s.metric(t, "petstore_acme_failures_total"); n != 0 {
+		t.Errorf("petstore_acme_failures_total %v, want 0", n)
 	}
 	if err := tryHandshake(s.addr, "other.petstore.test"); err == nil {
 		t.Errorf("a handshake for a name not listed got a certificate")
@@ -444,6 +472,22 @@ func TestACMEHTTP01(t *testing.T) {
 	if n := p.orders(); n != 2 {
 		t.Errorf("pebble got %d orders, want 2: TLS-ALPN-01's, then HTTP-01's", n)
 	}
+	// A token it does not have is a JSON 404; the challenge path of
+	// another host is any path of the plain listener (a redirect).
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for host, want := range map[string]int{name: http.StatusNotFound, name + ":80": http.StatusNotFound, "other.petstore.test": http.StatusPermanentRedirect} {
+		req, _ := http.NewRequest("GET", "http://"+s.httpAddr+"/.well-known/acme-challenge/unknown", nil)
+		req.Host = host
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || (want == http.StatusNotFound && !strings.Contains(string(body), `"not_found"`)) {
+			t.Errorf("Host %s, an unknown token: %d %s; want %d (JSON)", host, resp.StatusCode, body, want)
+		}
+	}
 }
 
 // TestACMERetriesWhileTheCAFails starts petstore before its CA: it serves
@@ -469,9 +513,15 @@ func TestACMERetriesWhileTheCAFails(t *testing.T) {
 	if err := tryHandshake(s.addr, name); err == nil {
 		t.Errorf("a handshake got a certificate before there was one")
 	}
-	s.waitLog(t, `no certificate for \\"api.petstore.test\\" yet: waiting for the ACME CA`, 1, 5*time.Second)
-	if status, body := s.ready(t); status != http.StatusServiceUnavailable || !strings.Contains(body, "waiting for a certificate for api.petstore.test") {
+	s.waitLog(t, `msg="TLS handshake failed" remote=\S+ err="no certificate for api.petstore.test yet: waiting for the ACME CA"`, 1, 5*time.Second)
+	if status, body := s.ready(t); status != http.StatusServiceUnavailable || !strings.Contains(body, "waiting for a certificate: none yet for api.petstore.test") {
 		t.Errorf("/readyz before a certificate: %d %s, want 503 saying it waits for one", status, body)
+	}
+	if n := s.metric(t, "petstore_acme_failures_total"); n < 4 {
+		t.Errorf("petstore_acme_failures_total %v after 4 failed attempts", n)
+	}
+	if n := s.metric(t, `petstore_tls_certificate_expiry_timestamp_seconds{name="api.petstore.test"}`); n != -1 {
+		t.Errorf("a certificate's expiry in the metrics before there is one: %v", n)
 	}
 	p.start()
 	s.waitLog(t, fmt.Sprintf(acmeReadyRE, regexp.QuoteMeta(name), "ACME CA"), 1, 10*time.Second)
@@ -524,6 +574,9 @@ func TestACMERenews(t *testing.T) {
 	if n := p.orders(); n != 2 {
 		t.Errorf("pebble got %d orders, want 2", n)
 	}
+	if exp := s.metric(t, `petstore_tls_certificate_expiry_timestamp_seconds{name="api.petstore.test"}`); exp != float64(second.NotAfter.Unix()) {
+		t.Errorf("the expiry in the metrics after the renewal: %v, want the new certificate's, %d", exp, second.NotAfter.Unix())
+	}
 
 	p.http.cut()
 	p.tls.cut()
@@ -533,6 +586,9 @@ func TestACMERenews(t *testing.T) {
 	}
 	if leaf, err := s.served(t, p, name); err != nil || leaf.SerialNumber.Cmp(second.SerialNumber) != 0 {
 		t.Errorf("after a failed renewal: %v, %v; want the second certificate served on", leaf.SerialNumber, err)
+	}
+	if n := s.metric(t, "petstore_acme_failures_total"); n != 1 {
+		t.Errorf("petstore_acme_failures_total %v after one failed renewal, want 1", n)
 	}
 }
 
