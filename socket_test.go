@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -740,5 +741,51 @@ func TestSystemdSocketActivate(t *testing.T) {
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	if code := p.wait(t, 10*time.Second); code != 0 {
 		t.Errorf("exit %d after SIGTERM, want 0", code)
+	}
+}
+
+// TestShutdownAnswersANewConnection: a connection the server accepted just
+// before SIGTERM, whose first request arrives after it, gets its answer.
+// During a restart that is every client that connected a moment before the
+// old process stopped accepting (one without keep-alive, or in the middle
+// of its TLS handshake): on a fresh connection no client sends the request
+// again, so an answerless close there would be a failed request.
+func TestShutdownAnswersANewConnection(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "petstore.db")
+	p := startProcess(t, db, "--shutdown-timeout", "10s")
+	conn, err := net.Dial("tcp", p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Half the request now, so that the server's read of it has begun.
+	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: petstore\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	// The server accepts in order: once a later connection is answered,
+	// this one has been accepted.
+	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}).Get("http://" + p.addr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	p.terminate(t) // the listener is closed: the shutdown has begun
+	if _, err := io.WriteString(conn, "\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err = http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("the request of a connection accepted before SIGTERM got no answer: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /healthz: %d, want 200", resp.StatusCode)
+	}
+	if code := p.wait(t, 15*time.Second); code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0", code)
+	}
+	if log := p.stderr.String(); strings.Contains(log, "level=WARN") {
+		t.Errorf("a warning in the shutdown:\n%s", log)
 	}
 }
