@@ -789,3 +789,71 @@ func TestShutdownAnswersANewConnection(t *testing.T) {
 		t.Errorf("a warning in the shutdown:\n%s", log)
 	}
 }
+
+// unitSettings reads a systemd unit file: each "Section.Key" with the
+// values of its lines, in order (a key may repeat; a value may list
+// several names, split on spaces here).
+func unitSettings(t *testing.T, path string) map[string][]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := map[string][]string{}
+	section := ""
+	for line := range strings.Lines(string(b)) {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || line[0] == '#' || line[0] == ';':
+		case line[0] == '[':
+			section = strings.Trim(line, "[]")
+		default:
+			k, v, _ := strings.Cut(line, "=")
+			settings[section+"."+k] = append(settings[section+"."+k], strings.Fields(v)...)
+		}
+	}
+	return settings
+}
+
+// TestDeploySocketUnits: the socket units in deploy/ are ones serve takes
+// (one listening stream socket each, named api, http or admin, each name
+// once, for petstore.service), and the service requires the API's alone,
+// so that an optional one (admin, http) is on exactly when it is enabled:
+// "systemctl disable --now" turns it off. A Wants= would start it with the
+// service all the same, and serve would take the socket.
+func TestDeploySocketUnits(t *testing.T) {
+	units, _ := filepath.Glob("deploy/*.socket")
+	if len(units) != len(socketRoles) {
+		t.Fatalf("socket units %v, want one for each of %v", units, socketRoles)
+	}
+	service := unitSettings(t, "deploy/petstore.service")
+	seen := map[string]string{}
+	for _, u := range units {
+		s := unitSettings(t, u)
+		name := filepath.Base(u)
+		fdName := strings.Join(s["Socket.FileDescriptorName"], " ")
+		if !slices.Contains(socketRoles, fdName) || seen[fdName] != "" {
+			t.Errorf("%s: FileDescriptorName=%s, want one of %v not taken by another unit (%v)", u, fdName, socketRoles, seen)
+		}
+		seen[fdName] = name
+		if n := len(s["Socket.ListenStream"]); n != 1 {
+			t.Errorf("%s: %d ListenStream= addresses, want 1: serve takes one socket named %s", u, n, fdName)
+		}
+		if a := s["Socket.Accept"]; len(a) > 0 && !slices.Contains([]string{"no", "false", "0"}, a[len(a)-1]) {
+			t.Errorf("%s: Accept=%v, want no: serve takes a listening socket", u, a)
+		}
+		if svc := s["Socket.Service"]; !slices.Equal(svc, []string{"petstore.service"}) {
+			t.Errorf("%s: Service=%v, want petstore.service", u, svc)
+		}
+		if !slices.Contains(service["Unit.After"], name) {
+			t.Errorf("petstore.service is not ordered After=%s: it could start without that socket", name)
+		}
+		required := slices.Contains(service["Unit.Requires"], name)
+		if required != (fdName == "api") {
+			t.Errorf("petstore.service Requires=%v: want the API's socket (petstore.socket) alone required", service["Unit.Requires"])
+		}
+		if slices.Contains(service["Unit.Wants"], name) {
+			t.Errorf("petstore.service Wants=%s: the optional socket then starts with the service even when disabled", name)
+		}
+	}
+}
