@@ -549,6 +549,34 @@ func TestServeWithoutActivationBindsItsAddr(t *testing.T) {
 	}
 }
 
+// TestLoneAdminSocket: a lone socket named admin (systemd-socket-activate
+// --fdname=admin, or petstore-admin.socket without petstore.socket) is the
+// admin listener's, even with --admin-addr off, and the API binds --addr:
+// never the API on the address meant for /metrics.
+func TestLoneAdminSocket(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "petstore.db")
+	sock, addr := systemdSocket(t)
+	p := launchProcess(t, activatedCommand([]*os.File{sock}, []string{"LISTEN_FDS=1", "LISTEN_FDNAMES=admin"},
+		"--db", db, "--addr", "127.0.0.1:0", "--admin-addr", "off"))
+	p.waitListening(t, 10*time.Second)
+	log := p.stderr.String()
+	if p.addr == addr || logAddr(adminRE, log) != addr || !strings.Contains(log, "systemd=admin") {
+		t.Fatalf("API on %s and admin on %s, want the API on --addr and the admin listener on the passed %s (systemd=admin):\n%s", p.addr, logAddr(adminRE, log), addr, log)
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /metrics on the passed socket: %d, want 200", resp.StatusCode)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(t, 10*time.Second); code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0", code)
+	}
+}
+
 // TestActivatedServeStopsAtOnce: a server on a socket passed in blocking
 // mode, with no client to wake its accept, stops at once on SIGTERM: the
 // accept waits in Go's poller, which closing the listener ends, never in
@@ -577,7 +605,9 @@ func TestSocketRolesOf(t *testing.T) {
 		{1, "", []string{"api"}},
 		{1, "api", []string{"api"}},
 		{1, "petstore.socket", []string{"api"}}, // systemd's default name: the unit's
-		{1, "admin", []string{"api"}},           // a lone socket is the API's
+		{1, "unknown", []string{"api"}},         // any other name too
+		{1, "admin", []string{"admin"}},         // but a lone socket named so is that listener's
+		{1, "http", []string{"http"}},
 		{2, "api:admin", []string{"api", "admin"}},
 		{3, "admin:http:api", []string{"admin", "http", "api"}},
 		{2, "", nil},
