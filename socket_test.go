@@ -549,6 +549,41 @@ func TestServeWithoutActivationBindsItsAddr(t *testing.T) {
 	}
 }
 
+// TestShutdownWithIdleConnectionsIsPrompt: the wait for connections'
+// first requests at shutdown ends for connections that have had one, over
+// HTTP/1.1 and HTTP/2 alike (HTTP/2 says so through ConnState from its own
+// server): with idle connections of both open, SIGTERM ends the process
+// well before the 5 s that a connection still counted as new would hold it.
+func TestShutdownWithIdleConnectionsIsPrompt(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "petstore.db")
+	key := createKey(t, db, "--plan", "free")
+	ca := newTestCA(t)
+	pair := ca.issue(t)
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "fullchain.pem"), filepath.Join(dir, "privkey.pem")
+	writeFile(t, certFile, pair.chain)
+	writeFile(t, keyFile, pair.key)
+	p := startProcess(t, db, "--tls-cert", certFile, "--tls-key", keyFile, "--shutdown-timeout", "10s")
+	for _, proto := range []string{"h2", "http/1.1"} {
+		resp, _, _ := getOn(t, &http.Client{Transport: transportOver(ca.pool, proto)}, "https://"+p.addr, "/v1/categories", key)
+		if resp.Proto != map[string]string{"h2": "HTTP/2.0", "http/1.1": "HTTP/1.1"}[proto] {
+			t.Fatalf("asked for %s, got %s", proto, resp.Proto)
+		}
+	}
+	t0 := time.Now()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(t, 15*time.Second); code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0", code)
+	}
+	took := time.Since(t0)
+	t.Logf("stopped %v after SIGTERM", took.Round(time.Millisecond))
+	// HTTP/2's GOAWAY alone takes a second (net/http closes the connection
+	// a second after sending it).
+	if took > 4*time.Second {
+		t.Errorf("stopped %v after SIGTERM with two idle connections, want well under the 5 s a new connection may hold it", took)
+	}
+}
+
 // TestLoneAdminSocket: a lone socket named admin (systemd-socket-activate
 // --fdname=admin, or petstore-admin.socket without petstore.socket) is the
 // admin listener's, even with --admin-addr off, and the API binds --addr:
