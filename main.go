@@ -170,14 +170,18 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		metrics.servesTLS(certs, len(cfg.acmeDomains) > 0)
 	}
 	servers := []*http.Server{api}
-	listeners := []net.Listener{lns.api}
+	listeners := []net.Listener{&closeOnce{Listener: lns.api}}
 	if lns.http != nil {
 		servers = append(servers, newHTTPServer(plainHandler(cfg, certs, reqLog, metrics, logger), cfg, logger))
-		listeners = append(listeners, lns.http)
+		listeners = append(listeners, &closeOnce{Listener: lns.http})
 	}
 	if lns.admin != nil {
 		servers = append(servers, newHTTPServer(newAdminServer(store, limits, metrics, cfg, certs), cfg, logger))
-		listeners = append(listeners, lns.admin)
+		listeners = append(listeners, &closeOnce{Listener: lns.admin})
+	}
+	var fresh newConns
+	for _, srv := range servers {
+		srv.ConnState = fresh.track
 	}
 	if err := createFirstKey(ctx, store, keys, cfg.env, stderr); err != nil {
 		return err
@@ -251,6 +255,13 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	logger.Info("shutting down", "timeout", cfg.shutdownTimeout)
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
 	defer cancel()
+	// Stop accepting (systemd's sockets keep new connections in their
+	// queue for the next process), then let the connections accepted just
+	// before have their first request answered: Shutdown would drop it.
+	for _, ln := range listeners {
+		ln.Close()
+	}
+	fresh.wait(shutdownCtx)
 	for _, srv := range servers {
 		if err := srv.Shutdown(shutdownCtx); err != nil {
 			logger.Warn("requests still running at the shutdown timeout; closing their connections", "err", err)
