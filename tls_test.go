@@ -1061,3 +1061,103 @@ func TestTLSShutdownDrainsHTTP2(t *testing.T) {
 		t.Fatal("serve did not return within 10 s of the drain")
 	}
 }
+
+// gatedConn holds its second Write (a TLS client's Finished, after the
+// ClientHello) until release is closed, telling held when it waits: the
+// server has then sent its whole flight and waits for the client's.
+type gatedConn struct {
+	net.Conn
+	writes        int
+	held, release chan struct{}
+}
+
+func (c *gatedConn) Write(p []byte) (int, error) {
+	if c.writes++; c.writes == 2 {
+		close(c.held)
+		<-c.release
+	}
+	return c.Conn.Write(p)
+}
+
+// TestTLSShutdownLateHTTP2Conn: an HTTP/2 connection whose TLS handshake
+// ends after Shutdown began gets a GOAWAY too, and the drain ends without
+// waiting for --shutdown-timeout. Go's HTTP/2 sends GOAWAY only to the
+// connections it holds when Shutdown starts (golang/go#81153). serve
+// waits for the connections it has just accepted before it calls
+// Shutdown, but for newConnGrace at most: a handshake that takes longer
+// (possible once --read-header-timeout is raised) ends after. Here the
+// client's Finished is held back until the idle connection has its GOAWAY.
+func TestTLSShutdownLateHTTP2Conn(t *testing.T) {
+	const timeout = 10 * time.Second
+	db := testDB(t)
+	ts := startTLSServer(t, context.Background(), db, createKey(t, db, "--plan", "free"),
+		"--shutdown-timeout", timeout.String(), "--read-header-timeout", "30s")
+	idleConn, idle := dialH2(t, ts.addr, ts.ca.pool)
+	idleConn.SetDeadline(time.Now().Add(newConnGrace + 10*time.Second))
+
+	raw, err := net.DialTimeout("tcp", ts.addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	raw.SetDeadline(time.Now().Add(20 * time.Second))
+	gate := &gatedConn{Conn: raw, held: make(chan struct{}), release: make(chan struct{})}
+	late := tls.Client(gate, &tls.Config{ServerName: "127.0.0.1", RootCAs: ts.ca.pool, NextProtos: []string{"h2"}})
+	handshook := make(chan error, 1)
+	go func() { handshook <- late.Handshake() }()
+	select {
+	case <-gate.held:
+	case err := <-handshook:
+		t.Fatalf("the handshake ended before the client's Finished: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no server flight within 10 s")
+	}
+
+	start := time.Now()
+	stopped := make(chan time.Duration, 1)
+	go func() { ts.stop(); stopped <- time.Since(start) }()
+	for {
+		f, err := idle.ReadFrame()
+		if err != nil {
+			t.Fatalf("no GOAWAY on the idle connection: %v", err)
+		}
+		if _, ok := f.(*http2.GoAwayFrame); ok {
+			break
+		}
+	}
+	close(gate.release)
+	if err := <-handshook; err != nil {
+		t.Fatalf("the late handshake: %v", err)
+	}
+	if p := late.ConnectionState().NegotiatedProtocol; p != "h2" {
+		t.Fatalf("ALPN agreed on %q", p)
+	}
+	if _, err := io.WriteString(late, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(late, late)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("the late connection got no GOAWAY in %v: %v", time.Since(start), err)
+		}
+		if sf, ok := f.(*http2.SettingsFrame); ok && !sf.IsAck() {
+			fr.WriteSettingsAck()
+		}
+		if g, ok := f.(*http2.GoAwayFrame); ok {
+			if g.ErrCode != http2.ErrCodeNo {
+				t.Errorf("GOAWAY %v on the late connection, want NO_ERROR", g.ErrCode)
+			}
+			break
+		}
+	}
+	if took := <-stopped; took >= timeout {
+		t.Errorf("the drain took %v, the whole --shutdown-timeout", took)
+	}
+	if strings.Contains(ts.stderr.String(), "requests still running at the shutdown timeout") {
+		t.Errorf("the drain ran into its timeout:\n%s", ts.stderr)
+	}
+}
