@@ -263,12 +263,30 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	}
 	fresh.wait(shutdownCtx)
 	for _, srv := range servers {
-		if err := srv.Shutdown(shutdownCtx); err != nil {
+		if err := shutdownServer(shutdownCtx, srv); err != nil {
 			logger.Warn("requests still running at the shutdown timeout; closing their connections", "err", err)
 			srv.Close()
 		}
 	}
 	return nil
+}
+
+// shutdownServer is srv.Shutdown(ctx), called again every 100 ms until it
+// is done or ctx ends. Go's HTTP/2 sends its GOAWAY only to the
+// connections it holds when Shutdown starts (golang/go#81153): one whose
+// TLS handshake ends later (it outlasted newConns.wait's newConnGrace)
+// would serve on without one, and hold the drain open until the timeout
+// cut it. Each call sends the GOAWAY to those that have none yet (a
+// connection gets it once).
+func shutdownServer(ctx context.Context, srv *http.Server) error {
+	for {
+		round, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		err := srv.Shutdown(round)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+	}
 }
 
 // newHTTPServer returns an http.Server for h with timeouts that keep slow
