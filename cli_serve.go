@@ -150,7 +150,7 @@ func parseServe(args []string, getenv func(string) string, stdout io.Writer) (se
 	fs.IntVar(&cfg.dbMaxConns, "db-max-conns", defaultMaxConns, "PostgreSQL connections this instance opens at most, `N`; instances x N must stay below the server's max_connections")
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "`HOST:PORT` to listen on; loopback by default, so a first run is not open to the network (:8080 listens on every interface)")
 	fs.StringVar(&cfg.env, "env", "production", "the environment whose keys are accepted, `"+strings.Join(environments, "|")+"`")
-	fs.StringVar(&cfg.publicURL, "public-url", "http://localhost:8080/v1", "the base `URL` clients use, advertised in the OpenAPI document")
+	fs.StringVar(&cfg.publicURL, "public-url", "http://localhost:8080/v1", "the base `URL` clients use, advertised in the OpenAPI document; with --tls-cert https://localhost:PORT/v1, with --acme-domains https://FIRST-DOMAIN/v1")
 	fs.StringVar(&cfg.httpAddr, "http-addr", "", "`HOST:PORT` of the plain HTTP listener beside HTTPS: ACME's HTTP-01 challenges, and a redirect to https (a JSON 403 for /v1/...); empty: none")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "a PEM certificate chain `FILE`: HTTPS on --addr, read again when it changes and on SIGHUP; needs --tls-key")
 	fs.StringVar(&cfg.tlsKey, "tls-key", "", "the PEM private key `FILE` of --tls-cert")

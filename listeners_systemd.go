@@ -30,9 +30,10 @@ var socketRoles = []string{"api", "http", "admin"}
 
 // socketRolesOf returns the listener each of n passed sockets is for, from
 // LISTEN_FDNAMES (names, colon-separated; empty when unset). A lone socket
-// is the API's whatever its name (systemd names an fd after its socket unit
-// unless told otherwise); with more, each must be named api, http or admin,
-// each name once.
+// named http or admin is that listener's, and one with any other name or
+// none is the API's (systemd names an fd after its socket unit unless told
+// otherwise); with more, each must be named api, http or admin, each name
+// once.
 func socketRolesOf(n int, names string) ([]string, error) {
 	if n > len(socketRoles) {
 		return nil, fmt.Errorf("systemd passed %d sockets (LISTEN_FDS=%d); serve takes at most %d, named %s", n, n, len(socketRoles), strings.Join(socketRoles, ", "))
@@ -45,6 +46,9 @@ func socketRolesOf(n int, names string) ([]string, error) {
 		}
 	}
 	if n == 1 {
+		if list != nil && (list[0] == "http" || list[0] == "admin") {
+			return []string{list[0]}, nil
+		}
 		return []string{"api"}, nil
 	}
 	roles := make([]string, n)

@@ -173,14 +173,18 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		}
 	}
 	servers := []*http.Server{api}
-	listeners := []net.Listener{lns.api}
+	listeners := []net.Listener{&closeOnce{Listener: lns.api}}
 	if lns.http != nil {
 		servers = append(servers, newHTTPServer(plainHandler(cfg, certs, reqLog, metrics, logger), cfg, logger))
-		listeners = append(listeners, lns.http)
+		listeners = append(listeners, &closeOnce{Listener: lns.http})
 	}
 	if lns.admin != nil {
 		servers = append(servers, newHTTPServer(newAdminServer(store, limits, metrics, cfg, certs), cfg, logger))
-		listeners = append(listeners, lns.admin)
+		listeners = append(listeners, &closeOnce{Listener: lns.admin})
+	}
+	var fresh newConns
+	for _, srv := range servers {
+		srv.ConnState = fresh.track
 	}
 	if err := createFirstKey(ctx, store, keys, cfg.env, stderr); err != nil {
 		return err
@@ -254,13 +258,38 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	logger.Info("shutting down", "timeout", cfg.shutdownTimeout)
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.shutdownTimeout)
 	defer cancel()
+	// Stop accepting (systemd's sockets keep new connections in their
+	// queue for the next process), then let the connections accepted just
+	// before have their first request answered: Shutdown would drop it.
+	for _, ln := range listeners {
+		ln.Close()
+	}
+	fresh.wait(shutdownCtx)
 	for _, srv := range servers {
-		if err := srv.Shutdown(shutdownCtx); err != nil {
+		if err := shutdownServer(shutdownCtx, srv); err != nil {
 			logger.Warn("requests still running at the shutdown timeout; closing their connections", "err", err)
 			srv.Close()
 		}
 	}
 	return nil
+}
+
+// shutdownServer is srv.Shutdown(ctx), called again every 100 ms until it
+// is done or ctx ends. Go's HTTP/2 sends its GOAWAY only to the
+// connections it holds when Shutdown starts (golang/go#81153): one whose
+// TLS handshake ends later (it outlasted newConns.wait's newConnGrace)
+// would serve on without one, and hold the drain open until the timeout
+// cut it. Each call sends the GOAWAY to those that have none yet (a
+// connection gets it once).
+func shutdownServer(ctx context.Context, srv *http.Server) error {
+	for {
+		round, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		err := srv.Shutdown(round)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+	}
 }
 
 // newHTTPServer returns an http.Server for h with timeouts that keep slow

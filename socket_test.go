@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -548,6 +549,69 @@ func TestServeWithoutActivationBindsItsAddr(t *testing.T) {
 	}
 }
 
+// TestShutdownWithIdleConnectionsIsPrompt: the wait for connections'
+// first requests at shutdown ends for connections that have had one, over
+// HTTP/1.1 and HTTP/2 alike (HTTP/2 says so through ConnState from its own
+// server): with idle connections of both open, SIGTERM ends the process
+// well before the 5 s that a connection still counted as new would hold it.
+func TestShutdownWithIdleConnectionsIsPrompt(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "petstore.db")
+	key := createKey(t, db, "--plan", "free")
+	ca := newTestCA(t)
+	pair := ca.issue(t)
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "fullchain.pem"), filepath.Join(dir, "privkey.pem")
+	writeFile(t, certFile, pair.chain)
+	writeFile(t, keyFile, pair.key)
+	p := startProcess(t, db, "--tls-cert", certFile, "--tls-key", keyFile, "--shutdown-timeout", "10s")
+	for _, proto := range []string{"h2", "http/1.1"} {
+		resp, _, _ := getOn(t, &http.Client{Transport: transportOver(ca.pool, proto)}, "https://"+p.addr, "/v1/categories", key)
+		if resp.Proto != map[string]string{"h2": "HTTP/2.0", "http/1.1": "HTTP/1.1"}[proto] {
+			t.Fatalf("asked for %s, got %s", proto, resp.Proto)
+		}
+	}
+	t0 := time.Now()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(t, 15*time.Second); code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0", code)
+	}
+	took := time.Since(t0)
+	t.Logf("stopped %v after SIGTERM", took.Round(time.Millisecond))
+	// HTTP/2's GOAWAY alone takes a second (net/http closes the connection
+	// a second after sending it).
+	if took > 4*time.Second {
+		t.Errorf("stopped %v after SIGTERM with two idle connections, want well under the 5 s a new connection may hold it", took)
+	}
+}
+
+// TestLoneAdminSocket: a lone socket named admin (systemd-socket-activate
+// --fdname=admin, or petstore-admin.socket without petstore.socket) is the
+// admin listener's, even with --admin-addr off, and the API binds --addr:
+// never the API on the address meant for /metrics.
+func TestLoneAdminSocket(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "petstore.db")
+	sock, addr := systemdSocket(t)
+	p := launchProcess(t, activatedCommand([]*os.File{sock}, []string{"LISTEN_FDS=1", "LISTEN_FDNAMES=admin"},
+		"--db", db, "--addr", "127.0.0.1:0", "--admin-addr", "off"))
+	p.waitListening(t, 10*time.Second)
+	log := p.stderr.String()
+	if p.addr == addr || logAddr(adminRE, log) != addr || !strings.Contains(log, "systemd=admin") {
+		t.Fatalf("API on %s and admin on %s, want the API on --addr and the admin listener on the passed %s (systemd=admin):\n%s", p.addr, logAddr(adminRE, log), addr, log)
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /metrics on the passed socket: %d, want 200", resp.StatusCode)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(t, 10*time.Second); code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0", code)
+	}
+}
+
 // TestActivatedServeStopsAtOnce: a server on a socket passed in blocking
 // mode, with no client to wake its accept, stops at once on SIGTERM: the
 // accept waits in Go's poller, which closing the listener ends, never in
@@ -576,7 +640,9 @@ func TestSocketRolesOf(t *testing.T) {
 		{1, "", []string{"api"}},
 		{1, "api", []string{"api"}},
 		{1, "petstore.socket", []string{"api"}}, // systemd's default name: the unit's
-		{1, "admin", []string{"api"}},           // a lone socket is the API's
+		{1, "unknown", []string{"api"}},         // any other name too
+		{1, "admin", []string{"admin"}},         // but a lone socket named so is that listener's
+		{1, "http", []string{"http"}},
 		{2, "api:admin", []string{"api", "admin"}},
 		{3, "admin:http:api", []string{"admin", "http", "api"}},
 		{2, "", nil},
@@ -740,5 +806,119 @@ func TestSystemdSocketActivate(t *testing.T) {
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	if code := p.wait(t, 10*time.Second); code != 0 {
 		t.Errorf("exit %d after SIGTERM, want 0", code)
+	}
+}
+
+// TestShutdownAnswersANewConnection: a connection the server accepted just
+// before SIGTERM, whose first request arrives after it, gets its answer.
+// During a restart that is every client that connected a moment before the
+// old process stopped accepting (one without keep-alive, or in the middle
+// of its TLS handshake): on a fresh connection no client sends the request
+// again, so an answerless close there would be a failed request.
+func TestShutdownAnswersANewConnection(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "petstore.db")
+	p := startProcess(t, db, "--shutdown-timeout", "10s")
+	conn, err := net.Dial("tcp", p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Half the request now, so that the server's read of it has begun.
+	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: petstore\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	// The server accepts in order: once a later connection is answered,
+	// this one has been accepted.
+	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}).Get("http://" + p.addr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	p.terminate(t) // the listener is closed: the shutdown has begun
+	if _, err := io.WriteString(conn, "\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err = http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("the request of a connection accepted before SIGTERM got no answer: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /healthz: %d, want 200", resp.StatusCode)
+	}
+	if code := p.wait(t, 15*time.Second); code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0", code)
+	}
+	if log := p.stderr.String(); strings.Contains(log, "level=WARN") {
+		t.Errorf("a warning in the shutdown:\n%s", log)
+	}
+}
+
+// unitSettings reads a systemd unit file: each "Section.Key" with the
+// values of its lines, in order (a key may repeat; a value may list
+// several names, split on spaces here).
+func unitSettings(t *testing.T, path string) map[string][]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := map[string][]string{}
+	section := ""
+	for line := range strings.Lines(string(b)) {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || line[0] == '#' || line[0] == ';':
+		case line[0] == '[':
+			section = strings.Trim(line, "[]")
+		default:
+			k, v, _ := strings.Cut(line, "=")
+			settings[section+"."+k] = append(settings[section+"."+k], strings.Fields(v)...)
+		}
+	}
+	return settings
+}
+
+// TestDeploySocketUnits: the socket units in deploy/ are ones serve takes
+// (one listening stream socket each, named api, http or admin, each name
+// once, for petstore.service), and the service requires the API's alone,
+// so that an optional one (admin, http) is on exactly when it is enabled:
+// "systemctl disable --now" turns it off. A Wants= would start it with the
+// service all the same, and serve would take the socket.
+func TestDeploySocketUnits(t *testing.T) {
+	units, _ := filepath.Glob("deploy/*.socket")
+	if len(units) != len(socketRoles) {
+		t.Fatalf("socket units %v, want one for each of %v", units, socketRoles)
+	}
+	service := unitSettings(t, "deploy/petstore.service")
+	seen := map[string]string{}
+	for _, u := range units {
+		s := unitSettings(t, u)
+		name := filepath.Base(u)
+		fdName := strings.Join(s["Socket.FileDescriptorName"], " ")
+		if !slices.Contains(socketRoles, fdName) || seen[fdName] != "" {
+			t.Errorf("%s: FileDescriptorName=%s, want one of %v not taken by another unit (%v)", u, fdName, socketRoles, seen)
+		}
+		seen[fdName] = name
+		if n := len(s["Socket.ListenStream"]); n != 1 {
+			t.Errorf("%s: %d ListenStream= addresses, want 1: serve takes one socket named %s", u, n, fdName)
+		}
+		if a := s["Socket.Accept"]; len(a) > 0 && !slices.Contains([]string{"no", "false", "0"}, a[len(a)-1]) {
+			t.Errorf("%s: Accept=%v, want no: serve takes a listening socket", u, a)
+		}
+		if svc := s["Socket.Service"]; !slices.Equal(svc, []string{"petstore.service"}) {
+			t.Errorf("%s: Service=%v, want petstore.service", u, svc)
+		}
+		if !slices.Contains(service["Unit.After"], name) {
+			t.Errorf("petstore.service is not ordered After=%s: it could start without that socket", name)
+		}
+		required := slices.Contains(service["Unit.Requires"], name)
+		if required != (fdName == "api") {
+			t.Errorf("petstore.service Requires=%v: want the API's socket (petstore.socket) alone required", service["Unit.Requires"])
+		}
+		if slices.Contains(service["Unit.Wants"], name) {
+			t.Errorf("petstore.service Wants=%s: the optional socket then starts with the service even when disabled", name)
+		}
 	}
 }

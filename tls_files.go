@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -96,6 +97,11 @@ func (c *fileCerts) load() (*tls.Certificate, error) {
 	cert, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("--tls-cert %s and --tls-key %s: %w", c.certFile, c.keyFile, err)
+	}
+	if cert.Leaf == nil { // GODEBUG=x509keypairleaf=0 leaves it out
+		if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return nil, fmt.Errorf("--tls-cert %s: %w", c.certFile, err)
+		}
 	}
 	return &cert, nil
 }

@@ -47,7 +47,7 @@ type tlsErrorWriter struct {
 }
 
 func (w *tlsErrorWriter) Write(p []byte) (int, error) {
-	if bytes.HasPrefix(p, []byte("http2: ")) {
+	if isHTTP2Line(p) {
 		// HTTP/2 logs a client's protocol error or GOAWAY once a
 		// connection, which anyone can open a thousand times a second: on
 		// the budget too (as "http2"), and cut, as a GOAWAY's debug data
@@ -66,6 +66,15 @@ func (w *tlsErrorWriter) Write(p []byte) (int, error) {
 	w.m.handshakeFailed()
 	w.reqLog.handshakeFailed(remote, reason)
 	return len(p), nil
+}
+
+// isHTTP2Line reports whether p is one of HTTP/2's lines about what a
+// client did: most start "http2: ", but a client that sends the preface
+// and then no SETTINGS frame (or, with pings on, answers none) gets
+// "timeout waiting for SETTINGS frames from ADDR" without the prefix, and
+// it too costs the client a connection and 2 s, no more.
+func isHTTP2Line(p []byte) bool {
+	return bytes.HasPrefix(p, []byte("http2: ")) || bytes.HasPrefix(p, []byte("timeout waiting for "))
 }
 
 // handshakeFailed logs a failed handshake from remote, on the budget of

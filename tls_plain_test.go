@@ -509,6 +509,39 @@ func TestTLSErrorLog(t *testing.T) {
 	}
 }
 
+// TestTLSErrorLogHTTP2Timeouts: HTTP/2's line about a client that sent
+// its preface and then no SETTINGS frame ("timeout waiting for SETTINGS
+// frames from ADDR", without the "http2: " prefix) is one that anyone can
+// cause once a connection, 2 s each: it goes on the budget as http2, as
+// HTTP/2's other lines do. 150 of them in one second write 100 lines and
+// count 50.
+func TestTLSErrorLogHTTP2Timeouts(t *testing.T) {
+	at := time.Date(2026, 11, 22, 1, 2, 3, 0, time.UTC)
+	out := &logWriter{}
+	reqLog := newRequestLog("text", slog.LevelInfo, out)
+	reqLog.now = func() time.Time { return at }
+	var other strings.Builder
+	m := newServerMetrics(newLimiter(limiterConfig{Now: time.Now}), nil)
+	el := tlsErrorLog(reqLog, m, newLogger("text", slog.LevelInfo, &other))
+	for i := range 150 {
+		el.Printf("timeout waiting for SETTINGS frames from 127.0.0.1:%d", 1000+i)
+	}
+	reqLog.endSecond(at.Add(time.Second), true)
+	if n := strings.Count(other.String(), "timeout waiting for SETTINGS frames"); n != logBudgetPerSecond {
+		t.Errorf("%d lines written, want %d", n, logBudgetPerSecond)
+	}
+	var left int64
+	for _, c := range logCounts(t, "text", string(out.buf)) {
+		left += c["http2"]
+	}
+	if left != 50 {
+		t.Errorf("%d counted as http2, want 50:\n%s", left, out.buf)
+	}
+	if n := m.handshakeErrors.Load(); n != 0 {
+		t.Errorf("%d handshake errors counted, want 0", n)
+	}
+}
+
 // waitingCerts is a certSource that cannot serve a certificate yet, as an
 // ACME source is before its CA answers: the one source that waits.
 type waitingCerts struct {

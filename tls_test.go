@@ -16,6 +16,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -956,5 +957,207 @@ func TestTLSPanicAfterStatusResetsStream(t *testing.T) {
 	}
 	if resp, reused, _ := getOn(t, c, srv.URL, "/ok", ""); resp.StatusCode != 200 || !reused {
 		t.Errorf("the next request: %d over the same connection %v; want 200 over it", resp.StatusCode, reused)
+	}
+}
+
+// TestTLSShutdownDrainsHTTP2 stops the server while a create is in flight
+// on an HTTP/2 connection (its HEADERS sent, its body not yet) and another
+// h2 connection is idle: both get a GOAWAY (NO_ERROR, no stream after the
+// create's), the create, its body sent after the GOAWAY, gets its 201 on
+// the same connection, both connections are then closed by the server,
+// and serve returns.
+func TestTLSShutdownDrainsHTTP2(t *testing.T) {
+	db := testDB(t)
+	key := createKey(t, db, "--plan", "business", "--name", "drain")
+	ts := startTLSServer(t, context.Background(), db, key, "--shutdown-timeout", "10s")
+	idleConn, idle := dialH2(t, ts.addr, ts.ca.pool)
+	conn, fr := dialH2(t, ts.addr, ts.ca.pool)
+	for _, c := range []*tls.Conn{idleConn, conn} {
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+	}
+	body := `{"name":"created while draining"}`
+	var hbuf bytes.Buffer
+	enc := hpack.NewEncoder(&hbuf)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "https"}, {":authority", ts.addr}, {":path", "/v1/categories"},
+		{"authorization", "Bearer " + key}, {"content-type", "application/json"}, {"content-length", strconv.Itoa(len(body))}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hbuf.Bytes(), EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	// The server reads a connection's frames in order: the PING's answer
+	// says that the create's stream is open, its handler waiting for the
+	// body.
+	if err := fr.WritePing(false, [8]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	// next reads frames, answering the server's SETTINGS, up to one that
+	// want takes.
+	next := func(fr *http2.Framer, what string, want func(http2.Frame) bool) {
+		t.Helper()
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				t.Fatalf("waiting for %s: %v", what, err)
+			}
+			if sf, ok := f.(*http2.SettingsFrame); ok && !sf.IsAck() {
+				fr.WriteSettingsAck()
+				continue
+			}
+			if want(f) {
+				return
+			}
+			if _, ok := f.(*http2.GoAwayFrame); ok {
+				t.Fatalf("waiting for %s: %v", what, f)
+			}
+		}
+	}
+	next(fr, "the PING's answer", func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && p.IsAck() })
+
+	stopped := make(chan struct{})
+	go func() { ts.stop(); close(stopped) }()
+	goaway := func(f http2.Frame) bool {
+		g, ok := f.(*http2.GoAwayFrame)
+		if ok && (g.ErrCode != http2.ErrCodeNo || g.LastStreamID > 1) {
+			t.Errorf("GOAWAY %v, last stream %d; want NO_ERROR, at most 1", g.ErrCode, g.LastStreamID)
+		}
+		return ok
+	}
+	next(fr, "the GOAWAY of the connection with a request in flight", goaway)
+	next(idle, "the GOAWAY of the idle connection", goaway)
+	select {
+	case <-stopped:
+		t.Fatal("serve returned with a request in flight")
+	default:
+	}
+	if err := fr.WriteData(1, true, []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	status := ""
+	next(fr, "the create's answer", func(f http2.Frame) bool {
+		h, ok := f.(*http2.MetaHeadersFrame)
+		if ok {
+			status = h.PseudoValue("status")
+		}
+		return ok
+	})
+	if status != "201" {
+		t.Errorf("the create in flight got %s, want 201", status)
+	}
+	for name, fr := range map[string]*http2.Framer{"in flight": fr, "idle": idle} {
+		for {
+			_, err := fr.ReadFrame()
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Errorf("the %s connection was not closed by the server", name)
+			}
+			if err != nil {
+				break
+			}
+		}
+	}
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not return within 10 s of the drain")
+	}
+}
+
+// gatedConn holds its second Write (a TLS client's Finished, after the
+// ClientHello) until release is closed, telling held when it waits: the
+// server has then sent its whole flight and waits for the client's.
+type gatedConn struct {
+	net.Conn
+	writes        int
+	held, release chan struct{}
+}
+
+func (c *gatedConn) Write(p []byte) (int, error) {
+	if c.writes++; c.writes == 2 {
+		close(c.held)
+		<-c.release
+	}
+	return c.Conn.Write(p)
+}
+
+// TestTLSShutdownLateHTTP2Conn: an HTTP/2 connection whose TLS handshake
+// ends after Shutdown began gets a GOAWAY too, and the drain ends without
+// waiting for --shutdown-timeout. Go's HTTP/2 sends GOAWAY only to the
+// connections it holds when Shutdown starts (golang/go#81153). serve
+// waits for the connections it has just accepted before it calls
+// Shutdown, but for newConnGrace at most: a handshake that takes longer
+// (possible once --read-header-timeout is raised) ends after. Here the
+// client's Finished is held back until the idle connection has its GOAWAY.
+func TestTLSShutdownLateHTTP2Conn(t *testing.T) {
+	const timeout = 10 * time.Second
+	db := testDB(t)
+	ts := startTLSServer(t, context.Background(), db, createKey(t, db, "--plan", "free"),
+		"--shutdown-timeout", timeout.String(), "--read-header-timeout", "30s")
+	idleConn, idle := dialH2(t, ts.addr, ts.ca.pool)
+	idleConn.SetDeadline(time.Now().Add(newConnGrace + 10*time.Second))
+
+	raw, err := net.DialTimeout("tcp", ts.addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	raw.SetDeadline(time.Now().Add(20 * time.Second))
+	gate := &gatedConn{Conn: raw, held: make(chan struct{}), release: make(chan struct{})}
+	late := tls.Client(gate, &tls.Config{ServerName: "127.0.0.1", RootCAs: ts.ca.pool, NextProtos: []string{"h2"}})
+	handshook := make(chan error, 1)
+	go func() { handshook <- late.Handshake() }()
+	select {
+	case <-gate.held:
+	case err := <-handshook:
+		t.Fatalf("the handshake ended before the client's Finished: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no server flight within 10 s")
+	}
+
+	start := time.Now()
+	stopped := make(chan time.Duration, 1)
+	go func() { ts.stop(); stopped <- time.Since(start) }()
+	for {
+		f, err := idle.ReadFrame()
+		if err != nil {
+			t.Fatalf("no GOAWAY on the idle connection: %v", err)
+		}
+		if _, ok := f.(*http2.GoAwayFrame); ok {
+			break
+		}
+	}
+	close(gate.release)
+	if err := <-handshook; err != nil {
+		t.Fatalf("the late handshake: %v", err)
+	}
+	if p := late.ConnectionState().NegotiatedProtocol; p != "h2" {
+		t.Fatalf("ALPN agreed on %q", p)
+	}
+	if _, err := io.WriteString(late, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(late, late)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("the late connection got no GOAWAY in %v: %v", time.Since(start), err)
+		}
+		if sf, ok := f.(*http2.SettingsFrame); ok && !sf.IsAck() {
+			fr.WriteSettingsAck()
+		}
+		if g, ok := f.(*http2.GoAwayFrame); ok {
+			if g.ErrCode != http2.ErrCodeNo {
+				t.Errorf("GOAWAY %v on the late connection, want NO_ERROR", g.ErrCode)
+			}
+			break
+		}
+	}
+	if took := <-stopped; took >= timeout {
+		t.Errorf("the drain took %v, the whole --shutdown-timeout", took)
+	}
+	if strings.Contains(ts.stderr.String(), "requests still running at the shutdown timeout") {
+		t.Errorf("the drain ran into its timeout:\n%s", ts.stderr)
 	}
 }
