@@ -65,6 +65,11 @@ var copyTables = []copyTable{
 	// The deployment id: a copy is the same deployment, and keeps the
 	// source's Redis key names (the default --redis-prefix holds the id).
 	{"deployment", []copyColumn{{"id", colText}}, "id", true},
+	// HTTPS from an ACME CA: the account key and the certificates with
+	// their private keys, so that the copy serves them without asking the
+	// CA again. A target that ran serve with --acme-domains gives way, as
+	// for the deployment id.
+	{"acme_cache", []copyColumn{{"directory", colText}, {"key", colText}, {"data", colBytes}, {"updated_at", colTime}}, "directory, key", true},
 }
 
 func (t copyTable) names() []string {

@@ -410,11 +410,16 @@ func pmWaitUsage(t *testing.T, conn *pgx.Conn, id, want int64, within time.Durat
 // without answering, as a network that drops packets does; what was sent
 // meanwhile is delivered on restore, as TCP's retransmissions would.
 // restore lets connections through again.
+//
+// It forwards to its targets in turn (route changes them), and counts the
+// connections each got.
 type pmProxy struct {
-	ln     net.Listener
-	target string
+	ln net.Listener
 
 	mu      sync.Mutex
+	targets []string
+	next    int
+	hits    map[string]int
 	cutOff  bool
 	flowing chan struct{} // closed while data flows; open while stalled
 	closed  chan struct{} // closed by the test's cleanup
@@ -422,13 +427,13 @@ type pmProxy struct {
 	wg      sync.WaitGroup
 }
 
-func pmStartProxy(t *testing.T, target string) *pmProxy {
+func pmStartProxy(t *testing.T, targets ...string) *pmProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &pmProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{},
+	p := &pmProxy{ln: ln, targets: targets, hits: map[string]int{}, conns: map[net.Conn]struct{}{},
 		flowing: make(chan struct{}), closed: make(chan struct{})}
 	close(p.flowing)
 	p.wg.Go(p.accept)
@@ -442,6 +447,43 @@ func pmStartProxy(t *testing.T, target string) *pmProxy {
 }
 
 func (p *pmProxy) addr() string { return p.ln.Addr().String() }
+
+// route makes the proxy forward to targets, in turn, from the next
+// connection on.
+func (p *pmProxy) route(targets ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.targets, p.next = targets, 0
+}
+
+// pick returns the next target and counts its connection; "" when there
+// is none.
+func (p *pmProxy) pick() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.targets) == 0 {
+		return ""
+	}
+	target := p.targets[p.next%len(p.targets)]
+	p.next++
+	p.hits[target]++
+	return target
+}
+
+// hitsOf returns how many connections went to target.
+func (p *pmProxy) hitsOf(target string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hits[target]
+}
+
+// open returns how many connections are through the proxy now, stalled
+// ones included.
+func (p *pmProxy) open() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
+}
 
 func (p *pmProxy) accept() {
 	for {
@@ -506,7 +548,12 @@ func (p *pmProxy) forward(c net.Conn) {
 		closeAll()
 		return
 	}
-	conn, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	target := p.pick()
+	if target == "" {
+		closeAll()
+		return
+	}
+	conn, err := net.DialTimeout("tcp", target, 5*time.Second)
 	if err != nil {
 		closeAll()
 		return

@@ -168,6 +168,9 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		useTLS(api, certs)
 		api.ErrorLog = tlsErrorLog(reqLog, metrics, logger) // failed handshakes: on the log budget, counted
 		metrics.servesTLS(certs, len(cfg.acmeDomains) > 0)
+		if a, ok := certs.(*acmeCerts); ok {
+			a.metrics = metrics // its failed attempts (acmeFailed)
+		}
 	}
 	servers := []*http.Server{api}
 	listeners := []net.Listener{&closeOnce{Listener: lns.api}}

@@ -18,6 +18,7 @@ var testVariables = []struct{ name, what string }{
 	{browserEnv, "Chromium"},
 	{promtoolEnv, "promtool"},
 	{codegenEnv, "the client generators"},
+	{pebbleEnv, "the ACME test CA"},
 }
 
 // TestMain lets a test re-run this binary as the real petstore process

@@ -36,7 +36,7 @@ func TestSchemaMatchesMigrations(t *testing.T) {
 	if _, err := ref.w.Exec("DROP TABLE deployment"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ref.w.Exec("DROP TABLE idempotency; DROP TABLE orders; DROP TABLE pets; DROP TABLE usage; DROP TABLE categories; DROP TABLE api_keys; DROP TABLE schema_migrations;"); err != nil {
+	if _, err := ref.w.Exec("DROP TABLE acme_cache; DROP TABLE idempotency; DROP TABLE orders; DROP TABLE pets; DROP TABLE usage; DROP TABLE categories; DROP TABLE api_keys; DROP TABLE schema_migrations;"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ref.w.Exec(string(sch)); err != nil {

@@ -39,6 +39,7 @@ const defaultMaxConns = 10
 type pgStore struct {
 	pool      *pgxpool.Pool
 	idemLocks *pgIdemLocks
+	acmeLock  *pgACMELock // postgres_acme.go
 	now       func() time.Time
 	busy      time.Duration
 
@@ -205,8 +206,8 @@ func openPostgres(ctx context.Context, db string, o storeOptions) (*pgStore, err
 			return nil, err
 		}
 	}
-	// The schema scopes the Idempotency-Key locks: advisory locks are the
-	// whole database's, which other deployments may share.
+	// The schema scopes the Idempotency-Key and ACME locks: advisory locks
+	// are the whole database's, which other deployments may share.
 	var schema string
 	sctx, cancel := context.WithTimeout(ctx, o.busy)
 	defer cancel()
@@ -214,7 +215,8 @@ func openPostgres(ctx context.Context, db string, o storeOptions) (*pgStore, err
 		pool.Close()
 		return nil, fmt.Errorf("open database %s: %w", shown, describePostgres(err))
 	}
-	s := &pgStore{pool: pool, idemLocks: newPgIdemLocks(cfg.ConnConfig, schema), now: o.now, busy: o.busy}
+	s := &pgStore{pool: pool, idemLocks: newPgIdemLocks(cfg.ConnConfig, schema), acmeLock: newPgACMELock(cfg.ConnConfig, schema),
+		now: o.now, busy: o.busy}
 	s.group = newGroupCommitter(s.commitBatch)
 	if o.migrate {
 		if err := s.fillNameCmp(ctx); err != nil {

@@ -196,6 +196,17 @@ type pgHeldLock struct {
 }
 
 func newPgIdemLocks(cfg *pgx.ConnConfig, schema string) *pgIdemLocks {
+	l := &pgIdemLocks{cfg: pgLockConnConfig(cfg, "idempotency locks"), schema: schema, held: map[int64]pgHeldLock{}}
+	for i := range l.conns {
+		l.conns[i].sem = make(chan struct{}, 1)
+	}
+	return l
+}
+
+// pgLockConnConfig is cfg for a connection that holds advisory locks,
+// outside the pool: keepalives on both ends (pgLockKeepAlive), and app
+// added to its application_name.
+func pgLockConnConfig(cfg *pgx.ConnConfig, app string) *pgx.ConnConfig {
 	c := cfg.Copy()
 	d := &net.Dialer{KeepAliveConfig: pgLockKeepAlive}
 	c.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -215,15 +226,11 @@ func newPgIdemLocks(cfg *pgx.ConnConfig, schema string) *pgIdemLocks {
 		}
 	}
 	// Named apart from the pool's in pg_stat_activity.
-	c.RuntimeParams["application_name"] += " idempotency locks"
+	c.RuntimeParams["application_name"] += " " + app
 	if c.RuntimeParams["tcp_keepalives_count"] == "" {
 		c.RuntimeParams["tcp_keepalives_count"] = strconv.Itoa(pgLockKeepAlive.Count)
 	}
-	l := &pgIdemLocks{cfg: c, schema: schema, held: map[int64]pgHeldLock{}}
-	for i := range l.conns {
-		l.conns[i].sem = make(chan struct{}, 1)
-	}
-	return l
+	return c
 }
 
 // pgIdemLockKey is the advisory lock of an Idempotency-Key in a schema:

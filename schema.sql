@@ -95,5 +95,16 @@ CREATE TABLE deployment (
 	id  TEXT NOT NULL CHECK (length(id) BETWEEN 1 AND 64)
 ) STRICT;
 
+-- acme_cache holds what HTTPS from an ACME CA keeps (--acme-domains): the account
+-- key, each name's certificate and private key, and the challenge answers of an
+-- order under way, as autocert's cache blobs by key, per CA (its directory URL).
+CREATE TABLE acme_cache (
+	directory  TEXT NOT NULL CHECK (length(directory) BETWEEN 1 AND 2048),
+	key        TEXT NOT NULL CHECK (length(key) BETWEEN 1 AND 512),
+	data       BLOB NOT NULL,
+	updated_at TEXT NOT NULL, -- RFC 3339, UTC
+	PRIMARY KEY (directory, key)
+) STRICT, WITHOUT ROWID;
+
 CREATE UNIQUE INDEX categories_name_cmp ON categories (name_cmp) WHERE name_cmp IS NOT NULL;
 CREATE INDEX categories_name_cmp_unfilled ON categories (id) WHERE name_cmp IS NULL;

@@ -140,6 +140,21 @@ type Store interface {
 	// all or none, and stamps the keys used with the minute of at.
 	AddDayCounts(ctx context.Context, deltas []dayDelta, used []int64, at time.Time) error
 
+	// ACMEGet returns the blob that HTTPS from an ACME CA (acme_cache.go)
+	// stored under key for the CA whose directory URL is dir, or
+	// errNotFound.
+	ACMEGet(ctx context.Context, dir, key string) ([]byte, error)
+	// ACMEPut stores data under dir and key, replacing what was there.
+	ACMEPut(ctx context.Context, dir, key string, data []byte) error
+	// ACMEDelete removes what is stored under dir and key, if anything.
+	ACMEDelete(ctx context.Context, dir, key string) error
+	// ACMELock takes the database's ACME issuer lock, waiting for it until
+	// ctx ends, and returns its unlock: instances that share the database
+	// take turns at asking the CA for a certificate (acme_cache.go). A
+	// lock that cannot be taken (the database is away) is an error at
+	// once. SQLite, which one process serves, has nothing to take.
+	ACMELock(ctx context.Context) (unlock func(), err error)
+
 	// SchemaVersion returns the version of the database's schema.
 	SchemaVersion(ctx context.Context) (uint, error)
 	// DeploymentID returns the database's deployment id: random, made by
