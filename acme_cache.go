@@ -61,7 +61,9 @@ type acmeCache struct {
 
 	turn   chan struct{} // the instance's turn at the issuer lock
 	closed chan struct{}
-	close  func()
+	// stopped ends when closed is: the Store's lock stops waiting then.
+	stopped context.Context
+	close   func()
 
 	mu     sync.Mutex
 	hold   *acmeHold      // the turn's holder, waiting for its Put
@@ -85,7 +87,9 @@ func newACMECache(store Store, dir string, names []string, now func() time.Time,
 	c := &acmeCache{store: store, dir: dir, names: map[string]bool{}, now: now, log: logger,
 		turn: make(chan struct{}, 1), closed: make(chan struct{}), puts: map[string]int{}, served: map[string]bool{},
 		caRequests: func() int64 { return 0 }, renewalFailed: func(string) {}}
-	c.close = sync.OnceFunc(func() { close(c.closed) })
+	stopped, stop := context.WithCancel(context.Background())
+	c.stopped = stopped
+	c.close = sync.OnceFunc(func() { close(c.closed); stop() })
 	for _, n := range names {
 		c.names[n] = true
 	}
@@ -179,6 +183,17 @@ func (c *acmeCache) get(ctx context.Context, key string) ([]byte, error) {
 // until ctx ends: a database that does not answer is tried again every
 // second meanwhile.
 func (c *acmeCache) lock(ctx context.Context) (func(), error) {
+	// Looked at first: a select with several ready cases picks one at
+	// random, and a renewal timer that fires after serve (autocert's
+	// outlive it) must not take the lock of a database it left.
+	select {
+	case <-c.closed:
+		return nil, errClosing
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	select {
 	case c.turn <- struct{}{}:
 	case <-ctx.Done():
@@ -186,11 +201,21 @@ func (c *acmeCache) lock(ctx context.Context) (func(), error) {
 	case <-c.closed:
 		return nil, errClosing
 	}
+	// The Store's wait ends with serve too, not only with ctx: autocert's
+	// attempt, whose context ctx is, lasts up to 10 minutes after serve
+	// returned, and PostgreSQL's wait holds a connection of its own.
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.stopped, cancel)()
 	warned := false
 	for {
-		unlock, err := c.store.ACMELock(ctx)
+		unlock, err := c.store.ACMELock(lctx)
 		if err == nil {
 			return sync.OnceFunc(func() { unlock(); <-c.turn }), nil
+		}
+		if lctx.Err() != nil {
+			<-c.turn
+			return nil, err
 		}
 		if !warned {
 			c.log.Warn("the ACME issuer lock cannot be taken; trying again every second", "err", err)
