@@ -255,32 +255,11 @@ var acmeTestTimings = acmeTimings{retryMin: 100 * time.Millisecond, retryMax: 40
 // waits until it listens (not until it has a certificate).
 func startACMEServer(t *testing.T, p *testPebble, db string, names []string, args ...string) *acmeServer {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), acmeTimingsKey{}, acmeTestTimings))
 	all := append([]string{"serve", "--db", db, "--addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
 		"--acme-domains", strings.Join(names, ","), "--acme-directory", p.directory, "--acme-ca-file", p.caFile}, args...)
-	s := &acmeServer{stderr: &syncBuffer{}}
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, all, envFrom(nil), io.Discard, s.stderr) }()
-	var once sync.Once
-	s.stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("serve returned %v", err)
-				}
-			case <-time.After(15 * time.Second):
-				t.Errorf("serve did not stop within 15s")
-			}
-		})
-	}
-	t.Cleanup(func() {
-		s.stop()
-		if t.Failed() {
-			t.Logf("server log:\n%s", s.stderr.String())
-		}
-	})
+	s := &acmeServer{}
+	var done <-chan error
+	s.stderr, done, s.stop = serveInBackground(t, context.WithValue(context.Background(), acmeTimingsKey{}, acmeTestTimings), all)
 	for deadline := time.Now().Add(10 * time.Second); s.addr == ""; time.Sleep(10 * time.Millisecond) {
 		log := s.stderr.String()
 		if a := logAddr(listeningRE, log); a != "" {

@@ -147,36 +147,13 @@ func startServerOn(t *testing.T, db, key string, args ...string) *testServer {
 // base URL is https, and its client trusts the certificates of that file.
 func startServerIn(t *testing.T, parent context.Context, db, key string, args ...string) *testServer {
 	t.Helper()
-	ctx, cancel := context.WithCancel(parent)
-	stderr := &syncBuffer{}
-	done := make(chan error, 1)
 	// --ban-hold 0: a banned key's requests answer at once, so that tests of
 	// bans do not wait 100 ms a request; TestBannedKeyWaits sets its own.
 	all := append([]string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--db", db, "--ban-hold", "0"}, testRedisArgs(t, db)...)
 	all = append(all, args...) // after ours: a test's own --redis wins
-	go func() { done <- run(ctx, all, envFrom(nil), io.Discard, stderr) }()
-	ts := &testServer{db: db, key: key, stderr: stderr}
+	stderr, done, stop := serveInBackground(t, parent, all)
+	ts := &testServer{db: db, key: key, stderr: stderr, stop: stop}
 	ts.client = contractClient(t, args)
-	var once sync.Once
-	ts.stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("serve returned %v", err)
-				}
-			case <-time.After(15 * time.Second):
-				t.Errorf("serve did not stop within 15s")
-			}
-		})
-	}
-	t.Cleanup(func() {
-		ts.stop()
-		if t.Failed() {
-			t.Logf("server log:\n%s", stderr.String())
-		}
-	})
 	deadline := time.Now().Add(10 * time.Second)
 	scheme := "http://"
 	if tlsCertArg(args) != "" {
@@ -213,6 +190,39 @@ func startServerIn(t *testing.T, parent context.Context, db, key string, args ..
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// serveInBackground runs serve with args (run's context derived from
+// parent) until stop, which cancels it and waits up to 15 s for it to
+// return nil; the test's cleanup stops it too, and prints its log if the
+// test failed. done gets run's result, for a start that fails.
+func serveInBackground(t *testing.T, parent context.Context, args []string) (stderr *syncBuffer, done <-chan error, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(parent)
+	stderr = &syncBuffer{}
+	result := make(chan error, 1)
+	go func() { result <- run(ctx, args, envFrom(nil), io.Discard, stderr) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-result:
+				if err != nil {
+					t.Errorf("serve returned %v", err)
+				}
+			case <-time.After(15 * time.Second):
+				t.Errorf("serve did not stop within 15s")
+			}
+		})
+	}
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			t.Logf("server log:\n%s", stderr.String())
+		}
+	})
+	return stderr, result, stop
 }
 
 // contractClient returns a client whose every exchange is checked against
