@@ -558,11 +558,7 @@ func TestShutdownWithIdleConnectionsIsPrompt(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "petstore.db")
 	key := createKey(t, db, "--plan", "free")
 	ca := newTestCA(t)
-	pair := ca.issue(t)
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "fullchain.pem"), filepath.Join(dir, "privkey.pem")
-	writeFile(t, certFile, pair.chain)
-	writeFile(t, keyFile, pair.key)
+	_, certFile, keyFile := ca.issueFiles(t)
 	p := startProcess(t, db, "--tls-cert", certFile, "--tls-key", keyFile, "--shutdown-timeout", "10s")
 	for _, proto := range []string{"h2", "http/1.1"} {
 		resp, _, _ := getOn(t, &http.Client{Transport: transportOver(ca.pool, proto)}, "https://"+p.addr, "/v1/categories", key)

@@ -160,17 +160,25 @@ type tlsServer struct {
 	addr              string
 }
 
+// issueFiles issues a pair from ca and writes it where certbot would:
+// fullchain.pem and privkey.pem in a new temporary directory.
+func (ca *testCA) issueFiles(t *testing.T) (pair testPair, certFile, keyFile string) {
+	t.Helper()
+	pair = ca.issue(t)
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "fullchain.pem"), filepath.Join(dir, "privkey.pem")
+	writeFile(t, certFile, pair.chain)
+	writeFile(t, keyFile, pair.key)
+	return pair, certFile, keyFile
+}
+
 // startTLSServer starts a server on HTTPS with a new CA's pair (files in a
 // temporary directory), on db with key, run's context derived from
 // parent.
 func startTLSServer(t *testing.T, parent context.Context, db, key string, args ...string) *tlsServer {
 	t.Helper()
 	ca := newTestCA(t)
-	pair := ca.issue(t)
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "fullchain.pem"), filepath.Join(dir, "privkey.pem")
-	writeFile(t, certFile, pair.chain)
-	writeFile(t, keyFile, pair.key)
+	pair, certFile, keyFile := ca.issueFiles(t)
 	ts := startServerIn(t, parent, db, key, append([]string{"--tls-cert", certFile, "--tls-key", keyFile}, args...)...)
 	return &tlsServer{testServer: ts, ca: ca, pair: pair, certFile: certFile, keyFile: keyFile,
 		addr: strings.TrimPrefix(ts.base, "https://")}
@@ -491,11 +499,7 @@ func TestTLSReloadOnSIGHUP(t *testing.T) {
 	db := testDB(t)
 	key := createKey(t, db, "--plan", "business", "--name", "test")
 	ca := newTestCA(t)
-	p1 := ca.issue(t)
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "fullchain.pem"), filepath.Join(dir, "privkey.pem")
-	writeFile(t, certFile, p1.chain)
-	writeFile(t, keyFile, p1.key)
+	p1, certFile, keyFile := ca.issueFiles(t)
 	p := startProcess(t, db, "--tls-cert", certFile, "--tls-key", keyFile)
 	base := "https://" + p.addr
 	clients := map[string]*http.Client{
