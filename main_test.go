@@ -19,6 +19,7 @@ var testVariables = []struct{ name, what string }{
 	{promtoolEnv, "promtool"},
 	{codegenEnv, "the client generators"},
 	{pebbleEnv, "the ACME test CA"},
+	{socketActivateEnv, "systemd-socket-activate"},
 }
 
 // TestMain lets a test re-run this binary as the real petstore process
