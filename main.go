@@ -88,6 +88,10 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		logger.Info("waiting for the previous serve to let go of the database", "holder_pid", pid, "wait", wait)
 		logs.Flush()
 	})
+	if errors.Is(err, errStoppedWaiting) {
+		logger.Info(err.Error())
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -489,6 +489,25 @@ func TestActivatedServeWaitsForTheLock(t *testing.T) {
 		}
 	})
 
+	t.Run("stopped while waiting", func(t *testing.T) {
+		t.Parallel()
+		db, release := hold(t)
+		defer release()
+		sock, _ := systemdSocket(t)
+		p := launchActivated(t, sock, db, "--shutdown-timeout", "10s")
+		for limit := time.Now().Add(10 * time.Second); !strings.Contains(p.stderr.String(), "waiting for the previous serve"); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(limit) {
+				t.Fatalf("no line about the wait within 10s:\n%s", p.stderr.String())
+			}
+		}
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		// It would wait 15 s for the lock if SIGTERM did not end the wait.
+		code := p.wait(t, 5*time.Second)
+		if log := p.stderr.String(); code != 0 || !strings.Contains(log, "stopped while waiting") || strings.Contains(log, "msg=listening") {
+			t.Errorf("exit %d after SIGTERM during the wait, want 0 with a line saying it stopped while waiting:\n%s", code, log)
+		}
+	})
+
 	t.Run("without LISTEN_FDS", func(t *testing.T) {
 		t.Parallel()
 		db, release := hold(t)

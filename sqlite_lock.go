@@ -74,11 +74,19 @@ func holdServeLock(ctx context.Context, db string, activated bool, drain time.Du
 	wait := drain + activatedLockSlack
 	waiting(he.pid, wait)
 	release, err = lockServing(ctx, db, wait)
-	if errors.As(err, &he) && ctx.Err() == nil {
+	switch {
+	case errors.As(err, &he) && ctx.Err() != nil:
+		return nil, errStoppedWaiting
+	case errors.As(err, &he):
 		return nil, fmt.Errorf("started by socket activation, waited %v (--shutdown-timeout plus %v) for the previous serve to stop: %w", wait, activatedLockSlack, err)
 	}
 	return release, err
 }
+
+// errStoppedWaiting: serve was told to stop (SIGTERM) while it waited for
+// the previous serve's lock; it ends without having served, which is no
+// failure.
+var errStoppedWaiting = errors.New("stopped while waiting for the previous serve to let go of the database")
 
 // lockFile returns the path of db's lock file: beside the file that SQLite
 // opens, so that a symbolic link and its target share one lock.
