@@ -62,7 +62,7 @@ const acmeAccountKey = "acme_account+key"
 type acmeCerts struct {
 	dir     string
 	email   string
-	http01  bool // the plain listener is on: offer HTTP-01 too
+	http01  bool // the plain listener is on: offer HTTP-01 too (set by serve, before run)
 	client  *http.Client
 	cache   *acmeCache
 	log     *slog.Logger
@@ -90,7 +90,7 @@ func newACMECerts(ctx context.Context, cfg serveConfig, store Store, logger *slo
 	if err != nil {
 		return nil, err
 	}
-	c := &acmeCerts{dir: cfg.acmeDirectory, email: cfg.acmeEmail, http01: cfg.httpAddr != "", client: &http.Client{Transport: tr, Timeout: time.Minute},
+	c := &acmeCerts{dir: cfg.acmeDirectory, email: cfg.acmeEmail, client: &http.Client{Transport: tr, Timeout: time.Minute},
 		transport: tr, log: logger, byName: map[string]*acmeDomain{}}
 	// autocert reads the real clock: so must the cache that judges for it.
 	c.cache = newACMECache(store, cfg.acmeDirectory, cfg.acmeDomains, time.Now, logger)

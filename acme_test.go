@@ -760,3 +760,29 @@ func TestACMEStopsWaitingForTheIssuerLock(t *testing.T) {
 		}
 	}
 }
+
+// TestACMEHTTP01OnASystemdSocket: the plain listener passed by systemd
+// (petstore-http.socket, no --http-addr) answers HTTP-01 like one bound
+// from --http-addr. TLS-ALPN-01 cannot get through, so without HTTP-01
+// offered the first attempt fails and the next is a minute away.
+func TestACMEHTTP01OnASystemdSocket(t *testing.T) {
+	p := startPebble(t, pebbleOptions{})
+	name := "api.petstore.test"
+	api, _ := systemdSocket(t)
+	plain, plainAddr := systemdSocket(t)
+	s := launchProcess(t, activatedCommand([]*os.File{api, plain}, []string{"LISTEN_FDS=2", "LISTEN_FDNAMES=api:http"},
+		"--db", testDB(t), "--admin-addr", "off", "--acme-domains", name, "--acme-directory", p.directory, "--acme-ca-file", p.caFile))
+	p.http.route(plainAddr)
+	p.http.restore()
+	p.tls.route() // no target: every connection is closed at once
+	p.tls.restore()
+	re := regexp.MustCompile(fmt.Sprintf(acmeReadyRE, regexp.QuoteMeta(name), "ACME CA"))
+	for deadline := time.Now().Add(30 * time.Second); !re.MatchString(s.stderr.String()); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no certificate within 30s:\n%s", s.stderr.String())
+		}
+	}
+	if h := p.http.hitsOf(plainAddr); h == 0 {
+		t.Errorf("the CA never reached the plain listener")
+	}
+}

@@ -174,6 +174,9 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		metrics.servesTLS(certs, len(cfg.acmeDomains) > 0)
 		if a, ok := certs.(*acmeCerts); ok {
 			a.metrics = metrics // its failed attempts (acmeFailed)
+			// HTTP-01 wherever the plain listener is: bound from
+			// --http-addr or passed by systemd without it.
+			a.http01 = lns.http != nil
 		}
 	}
 	servers := []*http.Server{api}
