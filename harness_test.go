@@ -689,6 +689,22 @@ func (p *serverProcess) waitListening(t *testing.T, within time.Duration) {
 	}
 }
 
+// waitLog waits until the process's log says what, and fails the test if
+// it exits first or takes longer than within.
+func (p *serverProcess) waitLog(t *testing.T, what string, within time.Duration) {
+	t.Helper()
+	for limit := time.Now().Add(within); !strings.Contains(p.stderr.String(), what); time.Sleep(5 * time.Millisecond) {
+		select {
+		case err := <-p.exited:
+			t.Fatalf("process %d exited (%v) before it logged %q:\n%s", p.cmd.Process.Pid, err, what, p.stderr.String())
+		default:
+		}
+		if time.Now().After(limit) {
+			t.Fatalf("process %d did not log %q within %v:\n%s", p.cmd.Process.Pid, what, within, p.stderr.String())
+		}
+	}
+}
+
 // wait waits for the process to exit and returns its exit code.
 func (p *serverProcess) wait(t *testing.T, within time.Duration) int {
 	t.Helper()

@@ -252,20 +252,6 @@ func restartUnderLoad(t *testing.T, db string) {
 			}
 		}
 	}
-	// waitLog waits until the process's log says what.
-	waitLog := func(p *serverProcess, what string) {
-		t.Helper()
-		for limit := time.Now().Add(20 * time.Second); !strings.Contains(p.stderr.String(), what); time.Sleep(5 * time.Millisecond) {
-			select {
-			case err := <-p.exited:
-				t.Fatalf("process %d exited (%v) before it logged %q:\n%s", p.cmd.Process.Pid, err, what, p.stderr.String())
-			default:
-			}
-			if time.Now().After(limit) {
-				t.Fatalf("process %d did not log %q within 20s:\n%s", p.cmd.Process.Pid, what, p.stderr.String())
-			}
-		}
-	}
 	sqlite := !isPostgresURL(db)
 	for r := range restarts {
 		progress(100)
@@ -290,7 +276,7 @@ func restartUnderLoad(t *testing.T, db string) {
 			}
 		})
 		if sqlite {
-			waitLog(p, "waiting for the previous serve to let go of the database")
+			p.waitLog(t, "waiting for the previous serve to let go of the database", 20*time.Second)
 		} else {
 			p.waitListening(t, 20*time.Second)
 		}
@@ -439,11 +425,7 @@ func TestActivatedServeWaitsForTheLock(t *testing.T) {
 		db, release := hold(t)
 		sock, addr := systemdSocket(t)
 		p := launchActivated(t, sock, db, "--shutdown-timeout", "1s")
-		for limit := time.Now().Add(10 * time.Second); !strings.Contains(p.stderr.String(), "waiting for the previous serve"); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(limit) {
-				t.Fatalf("no line about the wait within 10s:\n%s", p.stderr.String())
-			}
-		}
+		p.waitLog(t, "waiting for the previous serve", 10*time.Second)
 		if log := p.stderr.String(); !strings.Contains(log, "holder_pid="+pid) || !strings.Contains(log, "wait=6s") {
 			t.Errorf("the wait's line should name holder_pid=%s and wait=6s:\n%s", pid, log)
 		}
@@ -495,11 +477,7 @@ func TestActivatedServeWaitsForTheLock(t *testing.T) {
 		defer release()
 		sock, _ := systemdSocket(t)
 		p := launchActivated(t, sock, db, "--shutdown-timeout", "10s")
-		for limit := time.Now().Add(10 * time.Second); !strings.Contains(p.stderr.String(), "waiting for the previous serve"); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(limit) {
-				t.Fatalf("no line about the wait within 10s:\n%s", p.stderr.String())
-			}
-		}
+		p.waitLog(t, "waiting for the previous serve", 10*time.Second)
 		p.cmd.Process.Signal(syscall.SIGTERM)
 		// It would wait 15 s for the lock if SIGTERM did not end the wait.
 		code := p.wait(t, 5*time.Second)
