@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -127,6 +129,42 @@ func TestEscapedPathKeepsAreaHeaders(t *testing.T) {
 			if got := res.header.Get(h); got != "" {
 				t.Errorf("%s: 404 not_found, yet %s %q", p, h, got)
 			}
+		}
+	}
+}
+
+// TestOperationStabilityMatchesArea: every operation of the served
+// document carries x-stability (stable, beta or experimental), and it is
+// what areas.go marks the operation's answers with: X-API-Stability beta
+// or experimental, none for stable. The document's deprecated is likewise
+// the Deprecation header's presence.
+func TestOperationStabilityMatchesArea(t *testing.T) {
+	ts := startServer(t, "--pets-sunset-at", "2999-01-01")
+	ops := servedDocOps(t, ts)
+	if len(ops) < 10 {
+		t.Fatalf("%d operations in the served document, want them all", len(ops))
+	}
+	for _, name := range slices.Sorted(maps.Keys(ops)) {
+		op := ops[name]
+		if op.Stability == nil {
+			t.Errorf("%s: no x-stability in the document", name)
+			continue
+		}
+		want := *op.Stability
+		if !slices.Contains([]string{"stable", "beta", "experimental"}, want) {
+			t.Errorf("%s: x-stability %q, want stable, beta or experimental", name, want)
+			continue
+		}
+		if want == "stable" {
+			want = ""
+		}
+		method, path, _ := strings.Cut(name, " ")
+		r := ts.do(t, method, op.target(path), ts.key, "")
+		if got := r.header.Get("X-API-Stability"); got != want {
+			t.Errorf("%s: x-stability %q in the document, yet the answer (%d) has X-API-Stability %q", name, *op.Stability, r.status, got)
+		}
+		if got := r.header.Get("Deprecation") != ""; got != op.Deprecated {
+			t.Errorf("%s: deprecated %v in the document, yet the answer (%d) has a Deprecation header: %v", name, op.Deprecated, r.status, got)
 		}
 	}
 }
