@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -301,4 +302,73 @@ func markdownHeadingsAndLinks(md string) (map[string]bool, []string) {
 		}
 	}
 	return headings, links
+}
+
+// TestReadmeAPITableMatchesRoutes: the README's API table has a row for
+// every route of the route table and none for a route the server does not
+// serve (its rows outside /v1 must answer on the real server). Each /v1
+// row's stability and key columns say what the served document does:
+// its x-stability (and "deprecated"), and "yes" when it needs a key.
+func TestReadmeAPITableMatchesRoutes(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "\n## The API\n")
+	section, _, _ = strings.Cut(section, "\n## ")
+	type row struct{ stability, key string }
+	rows := map[string]row{}
+	rowRE := regexp.MustCompile("^\\| `([A-Z]+ /[^`]*)` \\|([^|]*)\\|([^|]*)\\|")
+	for line := range strings.SplitSeq(section, "\n") {
+		if m := rowRE.FindStringSubmatch(line); m != nil {
+			if _, ok := rows[m[1]]; ok {
+				t.Errorf("the README's API table has two rows for %s", m[1])
+			}
+			rows[m[1]] = row{strings.TrimSpace(m[2]), strings.TrimSpace(m[3])}
+		}
+	}
+	ts := startServer(t)
+	ops := servedDocOps(t, ts)
+	routed := map[string]bool{}
+	for _, rt := range apiRoutes(nil, nil, serveConfig{}) {
+		routed[rt.pattern] = true
+		if _, ok := rows[rt.pattern]; !ok {
+			t.Errorf("the README's API table has no row for %s", rt.pattern)
+		}
+	}
+	for _, pattern := range slices.Sorted(maps.Keys(rows)) {
+		r := rows[pattern]
+		method, path, _ := strings.Cut(pattern, " ")
+		op, ok := ops[pattern]
+		switch {
+		case routed[pattern] && ok:
+			want := row{key: "no"}
+			if op.Stability != nil {
+				want.stability = *op.Stability
+			}
+			if op.Deprecated {
+				want.stability += ", **deprecated**"
+			}
+			if op.needsKey {
+				want.key = "yes"
+			}
+			if r != want {
+				t.Errorf("the README's row of %s says stability %q, key %q; the document says %q, %q", pattern, r.stability, r.key, want.stability, want.key)
+			}
+		case routed[pattern]:
+			t.Errorf("%s is routed but not in the served document", pattern)
+		case strings.HasPrefix(path, "/v1/"):
+			t.Errorf("the README's API table lists %s, which the route table does not have", pattern)
+		default:
+			// Outside the API (the health checks): the server must answer
+			// it, without a key when the row says so.
+			key := ts.key
+			if r.key == "no" {
+				key = ""
+			}
+			if got := ts.do(t, method, path, key, ""); got.status == 404 || got.status == 405 || got.status == 401 {
+				t.Errorf("the README's API table lists %s (key %q), which the server answers %d", pattern, r.key, got.status)
+			}
+		}
+	}
 }
