@@ -77,6 +77,10 @@ type acmeCerts struct {
 	metrics *serverMetrics
 }
 
+// acmeCerts must stay a certSource: serve takes the API's certificates
+// from it (--acme-domains) or from files.
+var _ certSource = (*acmeCerts)(nil)
+
 // acmeDomain is a listed name: hello is a ClientHello for it that asks for
 // an ECDSA certificate, and m its Manager once obtained.
 type acmeDomain struct {

@@ -71,6 +71,10 @@ type limiter struct {
 	addrs        []limAddrShard
 }
 
+// limiter must stay a rateLimiter: serve uses it alone, or inside the
+// Redis one.
+var _ rateLimiter = (*limiter)(nil)
+
 // limKeyShard holds the states of the keys that hash to it, one heap
 // object each. States kept inline in chunks of consecutive ids were faster
 // among a million keys in random order (one load from memory a check

@@ -60,6 +60,10 @@ type redisLimiter struct {
 	closeOnce sync.Once
 }
 
+// redisLimiter must stay a rateLimiter: serve uses it in place of the
+// in-process one when --redis is set.
+var _ rateLimiter = (*redisLimiter)(nil)
+
 type redisOptions struct {
 	url     string
 	prefix  string

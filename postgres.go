@@ -49,6 +49,10 @@ type pgStore struct {
 	names             nameFill // postgres_catalog.go
 }
 
+// pgStore must stay a Store: what the handlers, the CLI and the upkeep use
+// of either store.
+var _ Store = (*pgStore)(nil)
+
 // checkPostgresURL refuses, as bad usage, a postgres:// URL that does not
 // parse, or that Go's URL parser (which redactDB masks by) and the driver
 // read differently (pgURLReadsAlike). Its messages quote no part of the

@@ -13,6 +13,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// pgStore must stay a copier: petstore copy reads and fills either store
+// through it.
+var _ copier = (*pgStore)(nil)
+
 func (s *pgStore) rowCount(ctx context.Context, t copyTable) (int64, error) {
 	var n int64
 	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM "+t.name).Scan(&n); err != nil {

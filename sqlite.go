@@ -48,6 +48,10 @@ type sqliteStore struct {
 	lookupIdem *sql.Stmt
 }
 
+// sqliteStore must stay a Store: what the handlers, the CLI and the upkeep
+// use of either store.
+var _ Store = (*sqliteStore)(nil)
+
 // sqliteHeader starts every SQLite 3 database file.
 const sqliteHeader = "SQLite format 3\x00"
 

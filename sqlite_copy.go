@@ -11,6 +11,10 @@ import (
 	"time"
 )
 
+// sqliteStore must stay a copier: petstore copy reads and fills either
+// store through it.
+var _ copier = (*sqliteStore)(nil)
+
 func (s *sqliteStore) rowCount(ctx context.Context, t copyTable) (int64, error) {
 	var n int64
 	if err := s.r.QueryRowContext(ctx, "SELECT count(*) FROM "+t.name).Scan(&n); err != nil {

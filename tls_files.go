@@ -48,6 +48,10 @@ type fileCerts struct {
 	failed bool       // that read did not load: the poll tries again
 }
 
+// fileCerts must stay a certSource: serve takes the API's certificates
+// from it (--tls-cert) or from ACME.
+var _ certSource = (*fileCerts)(nil)
+
 // fileStamp is what a stat tells of a file's content without reading it:
 // a rewrite changes the time or size, a replacement (certbot's symlink
 // swap to a new file in its archive) the inode.
