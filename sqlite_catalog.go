@@ -138,6 +138,10 @@ func (s *sqliteStore) CategoriesGen(context.Context) (uint64, error) {
 
 func (s *sqliteStore) localCategoriesGen() uint64 { return s.categoriesGen.Load() }
 
+// sqliteStore must stay a localGen: the category list finds it only by a
+// type assertion, so a renamed method would quietly lose the fast path.
+var _ localGen = (*sqliteStore)(nil)
+
 func (s *sqliteStore) EachCategoryAfter(ctx context.Context, afterID int64, limit int, fn func(Category) error) error {
 	return sqliteEach(ctx, s.r, "list categories", sqliteScanCategory, fn,
 		sqliteCategoriesAfter, afterID, limit)
