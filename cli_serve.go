@@ -133,7 +133,7 @@ func parseServe(args []string, getenv func(string) string, stdout io.Writer) (se
 	fs.StringVar(&cfg.httpAddr, "http-addr", "", "`HOST:PORT` of the plain HTTP listener beside HTTPS: ACME's HTTP-01 challenges, and a redirect to https (a JSON 403 for /v1/...); empty: none")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "a PEM certificate chain `FILE`: HTTPS on --addr, read again when it changes and on SIGHUP; needs --tls-key")
 	fs.StringVar(&cfg.tlsKey, "tls-key", "", "the PEM private key `FILE` of --tls-cert")
-	fs.StringVar(&cfg.acmeDomainsList, "acme-domains", "", "HTTPS with certificates from an ACME CA (Let's Encrypt by default) for these host names, a comma-separated `LIST`; only they are ever requested")
+	fs.StringVar(&cfg.acmeDomainsList, "acme-domains", "", "HTTPS with certificates from an ACME CA (Let's Encrypt by default) for these host names, a comma-separated `LIST`; only they are ever requested. Setting it accepts the CA's terms of service")
 	fs.StringVar(&cfg.acmeDirectory, "acme-directory", defaultACMEDirectory, "the ACME CA's directory `URL`")
 	fs.StringVar(&cfg.acmeEmail, "acme-email", "", "the ACME account's contact `ADDRESS`; empty: none")
 	fs.StringVar(&cfg.acmeCAFile, "acme-ca-file", "", "a PEM `FILE` of extra roots to trust for the ACME directory's own HTTPS (a private CA's)")
