@@ -63,7 +63,6 @@ type acmeCerts struct {
 	dir     string
 	email   string
 	http01  bool // the plain listener is on: offer HTTP-01 too (set by serve, before run)
-	client  *http.Client
 	cache   *acmeCache
 	log     *slog.Logger
 	domains []*acmeDomain
@@ -94,8 +93,7 @@ func newACMECerts(ctx context.Context, cfg serveConfig, store Store, logger *slo
 	if err != nil {
 		return nil, err
 	}
-	c := &acmeCerts{dir: cfg.acmeDirectory, email: cfg.acmeEmail, client: &http.Client{Transport: tr, Timeout: time.Minute},
-		transport: tr, log: logger, byName: map[string]*acmeDomain{}}
+	c := &acmeCerts{dir: cfg.acmeDirectory, email: cfg.acmeEmail, transport: tr, log: logger, byName: map[string]*acmeDomain{}}
 	// autocert reads the real clock: so must the cache that judges for it.
 	c.cache = newACMECache(store, cfg.acmeDirectory, cfg.acmeDomains, time.Now, logger)
 	c.cache.caRequests = tr.requests.Load
@@ -185,7 +183,7 @@ func (c *acmeCerts) run(ctx context.Context) {
 func (c *acmeCerts) obtain(ctx context.Context, d *acmeDomain, t acmeTimings) {
 	wait := t.retryMin
 	for {
-		m, err := c.attempt(ctx, d)
+		m, challenges, err := c.attempt(ctx, d)
 		if ctx.Err() != nil {
 			return
 		}
@@ -195,7 +193,11 @@ func (c *acmeCerts) obtain(ctx context.Context, d *acmeDomain, t acmeTimings) {
 			return
 		}
 		c.metrics.acmeFailed()
-		c.log.Warn("no certificate from the ACME CA yet; trying again", "name", d.name, "directory", c.dir, "err", err, "retry_in", wait)
+		attrs := []any{"name", d.name, "directory", c.dir, "err", err}
+		if challenges != "" {
+			attrs = append(attrs, "challenges", challenges)
+		}
+		c.log.Warn("no certificate from the ACME CA yet; trying again", append(attrs, "retry_in", wait)...)
 		select {
 		case <-ctx.Done():
 			return
@@ -207,21 +209,25 @@ func (c *acmeCerts) obtain(ctx context.Context, d *acmeDomain, t acmeTimings) {
 
 // attempt gets d's certificate from a new Manager: the database's, or an
 // order's. It stops waiting when ctx ends (autocert's own attempt has its
-// own context, of 5 minutes).
-func (c *acmeCerts) attempt(ctx context.Context, d *acmeDomain) (*autocert.Manager, error) {
+// own context, of 5 minutes). On failure, challenges is what the CA said
+// of the challenges it refused (describeChallenges), which autocert's
+// error leaves out.
+func (c *acmeCerts) attempt(ctx context.Context, d *acmeDomain) (m *autocert.Manager, challenges string, err error) {
 	key, err := c.accountKey(ctx)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if _, err := c.cache.get(ctx, d.name); errors.Is(err, autocert.ErrCacheMiss) {
 		c.log.Info("no certificate in the database; asking the ACME CA for one", "name", d.name, "directory", c.dir)
 	}
-	m := &autocert.Manager{
+	watch := &challengeWatch{base: c.transport}
+	m = &autocert.Manager{
 		Prompt:     autocert.AcceptTOS,
 		Cache:      c.cache,
 		HostPolicy: autocert.HostWhitelist(d.name),
 		Email:      c.email,
-		Client:     &acme.Client{Key: key, DirectoryURL: c.dir, HTTPClient: c.client, UserAgent: "petstore"},
+		Client: &acme.Client{Key: key, DirectoryURL: c.dir, UserAgent: "petstore",
+			HTTPClient: &http.Client{Transport: watch, Timeout: time.Minute}},
 	}
 	if c.http01 {
 		m.HTTPHandler(nil) // only to make the Manager offer HTTP-01; challenges answers it
@@ -238,10 +244,10 @@ func (c *acmeCerts) attempt(ctx context.Context, d *acmeDomain) (*autocert.Manag
 	}()
 	select {
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, "", ctx.Err()
 	case r := <-done:
 		if r.err != nil {
-			return nil, r.err
+			return nil, watch.describe(), r.err
 		}
 		from := "the database"
 		if c.cache.putsOf(d.name) != puts {
@@ -249,7 +255,7 @@ func (c *acmeCerts) attempt(ctx context.Context, d *acmeDomain) (*autocert.Manag
 		}
 		c.log.Info("certificate ready", "name", d.name, "from", from, "serial", hex.EncodeToString(r.cert.Leaf.SerialNumber.Bytes()),
 			"not_after", r.cert.Leaf.NotAfter.UTC())
-		return m, nil
+		return m, "", nil
 	}
 }
 

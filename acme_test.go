@@ -482,6 +482,22 @@ func TestACMEHTTP01(t *testing.T) {
 	}
 }
 
+// TestACMELogsTheCAsReasons: with the CA's validation reaching the wrong
+// servers (TLS-ALPN-01 a plain HTTP listener, HTTP-01 nothing), a failed
+// attempt logs, beside autocert's "no viable challenge type found", what
+// the CA said of each challenge and the port it was to use.
+func TestACMELogsTheCAsReasons(t *testing.T) {
+	p := startPebble(t, pebbleOptions{})
+	name := "api.petstore.test"
+	s := startACMEServer(t, p, testDB(t), []string{name})
+	p.tls.route(s.httpAddr) // plain HTTP where the CA expects TLS
+	p.http.route()          // every connection closed at once
+	p.tls.restore()
+	p.http.restore()
+	s.waitLog(t, `msg="no certificate from the ACME CA yet; trying again" name=api\.petstore\.test directory=\S+ err="[^\n]*no viable challenge type found[^\n]*" `+
+		`challenges="tls-alpn-01 to port 443: [a-z]+: (?:[^"\\]|\\.)+; http-01 to port 80: [a-z]+: (?:[^"\\]|\\.)+" retry_in=`, 1, 30*time.Second)
+}
+
 // TestACMERetriesWhileTheCAFails starts petstore before its CA: it serves
 // no certificate and says it waits for one, tries again after 100 ms, 200
 // ms, then every 400 ms (the tests' timings; 1 minute to 1 hour by

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 )
@@ -41,7 +42,7 @@ var commands = []command{
 	{"backup", "[flags] DEST", "Copies the SQLite database, also while serve runs on it, into DEST, a file that must not exist."},
 	{"copy", "--from PATH --to PATH", "Copies every row of one database into another, empty one: SQLite to PostgreSQL or back."},
 	{"migrate", "[flags]", "Brings the database's schema up to this version's, and prints the schema version."},
-	{"version", "", "Prints the version of petstore."},
+	{"version", "", "Prints the version of petstore (so does petstore --version)."},
 }
 
 // usageLine is the usage line of the command called name.
@@ -70,42 +71,9 @@ what it leaves out, so that a password need not be on the command line).
 Every flag can also be set as PETSTORE_<FLAG> in the environment
 (--public-url: PETSTORE_PUBLIC_URL); a flag on the command line wins. A
 DURATION is written as 90s, 15m or 1h30m.
-'petstore COMMAND -h' says what a command does and what each flag takes.
+'petstore COMMAND -h' says what a command does and what each flag takes;
+'petstore --version' prints the version.
 `)
-}
-
-// printHelp prints what -h shows for the command fs parses: its usage
-// line, what it does, and each flag with what it takes (the word in
-// backquotes in its usage, as flag.PrintDefaults reads it) and its
-// default. A flag with an empty usage is accepted and not shown.
-func printHelp(fs *flag.FlagSet, w io.Writer) {
-	name := cmdName(fs)
-	about := ""
-	for _, c := range commands {
-		if c.name == name {
-			about = c.about
-		}
-	}
-	fmt.Fprintf(w, "usage: %s\n\n%s\n", usageLine(name), about)
-	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
-	fs.VisitAll(func(f *flag.Flag) {
-		if f.Usage != "" {
-			shown.Var(f.Value, f.Name, f.Usage)
-			shown.Lookup(f.Name).DefValue = f.DefValue // -h may follow a flag given a value
-		}
-	})
-	if hasFlags(shown) {
-		fmt.Fprintf(w, "\nflags (each also read from PETSTORE_<FLAG>):\n")
-		shown.SetOutput(w)
-		shown.PrintDefaults()
-	}
-}
-
-// hasFlags reports whether fs defines any flag.
-func hasFlags(fs *flag.FlagSet) bool {
-	has := false
-	fs.VisitAll(func(*flag.Flag) { has = true })
-	return has
 }
 
 // run is the whole program: it parses args (without the program name) and
@@ -118,20 +86,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cmd, rest := args[0], args[1:]
 	switch cmd {
 	case "serve":
-		return runServe(ctx, rest, getenv, stdout, stderr)
+		return inCommand(cmd, runServe(ctx, rest, getenv, stdout, stderr))
 	case "keys":
-		return runKeys(ctx, rest, getenv, stdout, stderr)
+		if len(rest) > 0 && slices.Contains(keySubcommands(), rest[0]) {
+			cmd += " " + rest[0]
+		}
+		return inCommand(cmd, runKeys(ctx, rest, getenv, stdout, stderr))
 	case "backup":
-		return runBackup(ctx, rest, getenv, stdout)
+		return inCommand(cmd, runBackup(ctx, rest, getenv, stdout))
 	case "migrate":
-		return runMigrate(ctx, rest, getenv, stdout)
+		return inCommand(cmd, runMigrate(ctx, rest, getenv, stdout))
 	case "copy":
-		return runCopy(ctx, rest, getenv, stdout)
-	case "version":
+		return inCommand(cmd, runCopy(ctx, rest, getenv, stdout))
+	case "version", "--version", "-version":
 		fs := newFlagSet("version")
 		fs.String("db", "", "") // "All subcommands take --db"; version ignores it, and -h does not show it
 		if _, err := parseFlags(fs, rest, getenv, stdout, 0); err != nil {
-			return helpIsNoError(err)
+			return inCommand("version", helpIsNoError(err))
 		}
 		fmt.Fprintln(stdout, "petstore", buildVersion())
 		return nil
@@ -140,6 +111,27 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return nil
 	}
 	return usagef("unknown command %q; run 'petstore help'", cmd)
+}
+
+// commandError is the failure of a command, whose name its message
+// begins with, as every message of a command does: "petstore: serve:
+// --tls-cert and --tls-key go together".
+type commandError struct {
+	cmd string
+	err error
+}
+
+func (e *commandError) Error() string { return e.cmd + ": " + e.err.Error() }
+
+func (e *commandError) Unwrap() error { return e.err }
+
+// inCommand makes err, of command cmd, begin with cmd's name, unless its
+// message does already.
+func inCommand(cmd string, err error) error {
+	if err == nil || strings.HasPrefix(err.Error(), cmd+": ") {
+		return err
+	}
+	return &commandError{cmd: cmd, err: err}
 }
 
 // errHelp is returned by parseFlags after it printed a command's help.
@@ -151,8 +143,7 @@ func newFlagSet(name string) *flag.FlagSet {
 	return fs
 }
 
-// cmdName is the command a flag set parses ("keys create"), for messages
-// that exitCode prefixes with "petstore: ".
+// cmdName is the command a flag set parses ("keys create").
 func cmdName(fs *flag.FlagSet) string {
 	return strings.TrimPrefix(fs.Name(), "petstore ")
 }
@@ -209,77 +200,6 @@ func checkDBPath(db string) error {
 	return nil
 }
 
-// parseFlags parses args into fs, allowing flags after positional
-// arguments, and fills every flag not given from PETSTORE_<NAME> in the
-// environment. It returns the positional arguments, which must number
-// nargs. A mistake is a usageError naming it.
-func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string, stdout io.Writer, nargs int) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				printHelp(fs, stdout)
-				return nil, errHelp
-			}
-			return nil, usagef("%s: %v", cmdName(fs), err)
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			break
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		env := "PETSTORE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		v := getenv(env)
-		if given[f.Name] || v == "" || err != nil {
-			return
-		}
-		if serr := fs.Set(f.Name, v); serr != nil {
-			err = usagef("%s: invalid value %q for %s: %v", cmdName(fs), v, env, serr)
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
-	if len(pos) != nargs {
-		if nargs == 0 {
-			return nil, usagef("%s: unexpected argument %q", cmdName(fs), pos[0])
-		}
-		return nil, usagef("%s: want %d argument(s), got %d; see '%s -h'", cmdName(fs), nargs, len(pos), fs.Name())
-	}
-	return pos, nil
-}
-
-// dateFlag is a flag.Value for a time given as YYYY-MM-DD (00:00 UTC) or
-// as an RFC 3339 timestamp.
-type dateFlag time.Time
-
-// String writes a time at 00:00 UTC as its date, as the docs write it.
-func (d *dateFlag) String() string {
-	t := time.Time(*d).UTC()
-	if t.Equal(t.Truncate(24 * time.Hour)) {
-		return t.Format(time.DateOnly)
-	}
-	return t.Format(time.RFC3339)
-}
-
-func (d *dateFlag) Set(s string) error {
-	t, err := time.Parse(time.DateOnly, s)
-	if err != nil {
-		t, err = time.Parse(time.RFC3339, s)
-	}
-	if err != nil {
-		return errors.New("want YYYY-MM-DD or an RFC 3339 time")
-	}
-	*d = dateFlag(t.UTC())
-	return nil
-}
-
 func helpIsNoError(err error) error {
 	if errors.Is(err, errHelp) {
 		return nil
@@ -310,19 +230,19 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 
 func runBackup(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	fs := newFlagSet("backup")
-	db := dbFlag(fs)
+	db := fs.String("db", "petstore.db", "the `PATH` of the SQLite file to copy (back up PostgreSQL with pg_dump)")
 	pos, err := parseFlags(fs, args, getenv, stdout, 1)
 	if err != nil {
 		return helpIsNoError(err)
 	}
 	if pos[0] == "" {
-		return usagef("backup: DEST must not be empty")
+		return usagef("DEST must not be empty")
 	}
 	if err := checkDBPath(*db); err != nil {
 		return err
 	}
 	if isPostgresURL(*db) {
-		return usagef("backup copies a SQLite file; back up PostgreSQL with pg_dump (pg_dump --format=custom --file=DEST DBNAME)")
+		return usagef("--db is a PostgreSQL URL and backup copies a SQLite file; back up PostgreSQL with pg_dump (pg_dump --format=custom --file=DEST DBNAME)")
 	}
 	if err := backupDatabase(ctx, *db, pos[0], defaultBusyTimeout); err != nil {
 		return err

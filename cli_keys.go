@@ -42,7 +42,7 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 		if _, err := parseFlags(fs, args, getenv, stdout, 0); err != nil {
 			return helpIsNoError(err)
 		}
-		if err := checkKeyPlan(fs, *planName, *rpm, *rpd, *env); err != nil {
+		if err := checkKeyPlan(fs, *planName, *env); err != nil {
 			return err
 		}
 		if utf8.RuneCountInString(*name) > maxNameLen || !utf8.ValidString(*name) || strings.IndexFunc(*name, unicode.IsControl) >= 0 {
@@ -75,9 +75,6 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 		id, err := strconv.ParseInt(pos[0], 10, 64)
 		if err != nil || id <= 0 {
 			return usagef("keys rotate: ID must be a positive integer, got %q", pos[0])
-		}
-		if *overlap < 0 {
-			return usagef("keys rotate: --overlap must not be negative, got %v", *overlap)
 		}
 		return withStore(ctx, *db, false, func(s Store) error {
 			return keysRotate(ctx, s, id, *overlap, *asJSON, stdout, stderr)
@@ -141,8 +138,8 @@ func withStore(ctx context.Context, path string, create bool, do func(Store) err
 }
 
 // checkKeyPlan checks the flags of keys create: a known plan, and --rpm and
-// --rpd with enterprise only.
-func checkKeyPlan(fs *flag.FlagSet, planName string, rpm, rpd int64, env string) error {
+// --rpd with enterprise only (their bounds are flagBounds').
+func checkKeyPlan(fs *flag.FlagSet, planName, env string) error {
 	if planName == "" {
 		return usagef("keys create: --plan is required: %s", orList(planNames()))
 	}
@@ -155,12 +152,6 @@ func checkKeyPlan(fs *flag.FlagSet, planName string, rpm, rpd int64, env string)
 	if planName == "enterprise" {
 		if !given["rpm"] || !given["rpd"] {
 			return usagef("keys create: --rpm and --rpd are required with --plan enterprise")
-		}
-		if rpm <= 0 || rpd <= 0 {
-			return usagef("keys create: --rpm and --rpd must be positive")
-		}
-		if rpm > limMaxRPM {
-			return usagef("keys create: --rpm must be at most %d, got %d", limMaxRPM, rpm)
 		}
 	} else if given["rpm"] || given["rpd"] {
 		return usagef("keys create: --rpm and --rpd are only for --plan enterprise; %s has fixed limits", planName)

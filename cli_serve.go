@@ -83,32 +83,11 @@ func (cfg *serveConfig) validate() error {
 	if err := cfg.validateTLS(); err != nil {
 		return err
 	}
+	// The bounds of single numeric flags are flagBounds', checked by
+	// parseFlags.
 	switch {
-	case cfg.anonRPM < 1 || cfg.anonRPM > limMaxRPM:
-		return usagef("--anon-rpm must be 1 to %d, got %d", limMaxRPM, cfg.anonRPM)
-	case cfg.maxAddrs < 1:
-		return usagef("--max-addrs must be at least 1, got %d", cfg.maxAddrs)
-	case cfg.banThreshold < 1:
-		return usagef("--ban-threshold must be at least 1, got %d", cfg.banThreshold)
-	case cfg.banDuration < time.Second:
-		return usagef("--ban-duration must be at least 1s, got %v", cfg.banDuration)
-	case cfg.banHold < 0 || cfg.banHold > maxBanHold:
-		return usagef("--ban-hold must be 0 to %v, got %v", maxBanHold, cfg.banHold)
 	case !slices.Contains(logFormats, cfg.logFormat):
 		return usagef("--log-format must be %s, got %q", orList(logFormats), cfg.logFormat)
-	case cfg.shutdownTimeout < 0:
-		return usagef("--shutdown-timeout must not be negative, got %v", cfg.shutdownTimeout)
-	case cfg.dbMaxConns < 1:
-		return usagef("--db-max-conns must be at least 1, got %d", cfg.dbMaxConns)
-	case cfg.busyTimeout < time.Millisecond:
-		return usagef("--busy-timeout must be at least 1ms, got %v", cfg.busyTimeout)
-	case cfg.readHeaderTimeout <= 0, cfg.readTimeout <= 0, cfg.writeTimeout <= 0, cfg.idleTimeout <= 0:
-		return usagef("--read-header-timeout, --read-timeout, --write-timeout and --idle-timeout must be positive, got %v, %v, %v, %v",
-			cfg.readHeaderTimeout, cfg.readTimeout, cfg.writeTimeout, cfg.idleTimeout)
-	case cfg.idempotencyTTL < time.Minute:
-		return usagef("--idempotency-ttl must be at least 1m, got %v", cfg.idempotencyTTL)
-	case cfg.redisTimeout < time.Millisecond:
-		return usagef("--redis-timeout must be at least 1ms, got %v", cfg.redisTimeout)
 	case cfg.petsSunsetAt.Before(cfg.petsDeprecatedAt):
 		return usagef("--pets-sunset-at (%s) must not be before --pets-deprecated-at (%s)",
 			cfg.petsSunsetAt.Format(time.RFC3339), cfg.petsDeprecatedAt.Format(time.RFC3339))
@@ -154,7 +133,7 @@ func parseServe(args []string, getenv func(string) string, stdout io.Writer) (se
 	fs.StringVar(&cfg.httpAddr, "http-addr", "", "`HOST:PORT` of the plain HTTP listener beside HTTPS: ACME's HTTP-01 challenges, and a redirect to https (a JSON 403 for /v1/...); empty: none")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "a PEM certificate chain `FILE`: HTTPS on --addr, read again when it changes and on SIGHUP; needs --tls-key")
 	fs.StringVar(&cfg.tlsKey, "tls-key", "", "the PEM private key `FILE` of --tls-cert")
-	fs.StringVar(&cfg.acmeDomainsList, "acme-domains", "", "HTTPS with certificates from an ACME CA (Let's Encrypt by default) for these host names, a comma-separated `LIST`; only they are ever requested")
+	fs.StringVar(&cfg.acmeDomainsList, "acme-domains", "", "HTTPS with certificates from an ACME CA (Let's Encrypt by default) for these host names, a comma-separated `LIST`; only they are ever requested. Setting it accepts the CA's terms of service")
 	fs.StringVar(&cfg.acmeDirectory, "acme-directory", defaultACMEDirectory, "the ACME CA's directory `URL`")
 	fs.StringVar(&cfg.acmeEmail, "acme-email", "", "the ACME account's contact `ADDRESS`; empty: none")
 	fs.StringVar(&cfg.acmeCAFile, "acme-ca-file", "", "a PEM `FILE` of extra roots to trust for the ACME directory's own HTTPS (a private CA's)")
@@ -228,3 +207,5 @@ func (f levelFlag) String() string {
 }
 
 func (f levelFlag) Set(s string) error { return f.l.UnmarshalText([]byte(s)) }
+
+func (f levelFlag) form() string { return "a log level (" + orList(logLevelNames()) + ")" }

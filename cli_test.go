@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestKeysCommands(t *testing.T) {
@@ -108,7 +109,7 @@ func TestUsageErrors(t *testing.T) {
 		{"unknown plan", []string{"keys", "create", "--db", db, "--plan", "gold"}, nil, "gold"},
 		{"enterprise without limits", []string{"keys", "create", "--db", db, "--plan", "enterprise", "--rpm", "5"}, nil, "--rpd"},
 		{"limits on free", []string{"keys", "create", "--db", db, "--plan", "free", "--rpm", "5"}, nil, "enterprise"},
-		{"zero limits", []string{"keys", "create", "--db", db, "--plan", "enterprise", "--rpm", "0", "--rpd", "5"}, nil, "positive"},
+		{"zero limits", []string{"keys", "create", "--db", db, "--plan", "enterprise", "--rpm", "0", "--rpd", "5"}, nil, "--rpm must be 1 to"},
 		{"bad key env", []string{"keys", "create", "--db", db, "--plan", "free", "--env", "qa"}, nil, "--env"},
 		{"revoke without id", []string{"keys", "revoke", "--db", db}, nil, "argument"},
 		{"revoke bad id", []string{"keys", "revoke", "abc", "--db", db}, nil, "positive integer"},
@@ -200,7 +201,7 @@ func TestEnvironmentFallbacks(t *testing.T) {
 		t.Errorf("help: %v %q", err, out)
 	}
 	out, _, err = runCLI(t, nil, "serve", "-h")
-	if err != nil || !strings.Contains(out, "-public-url") {
+	if err != nil || !strings.Contains(out, "\n  --public-url URL\n") {
 		t.Errorf("serve -h: %v %q", err, out)
 	}
 	if _, _, err = runCLI(t, nil, "version", "-h"); err != nil {
@@ -329,7 +330,7 @@ func TestHelpTexts(t *testing.T) {
 		{[]string{"migrate", "-h"}, "usage: petstore migrate [flags]\n"},
 		{[]string{"version", "-h"}, "usage: petstore version\n"},
 	}
-	flagRE := regexp.MustCompile(`(?m)^  -([a-z-]+)(?: (\S+))?\n`)
+	flagRE := regexp.MustCompile(`(?m)^  --([a-z-]+)(?: (\S+))?\n`)
 	goTypeNames := map[string]bool{"string": true, "int": true, "int64": true, "uint": true, "float": true, "duration": true, "value": true}
 	for _, c := range cases {
 		out, errOut, err := runCLI(t, nil, c.args...)
@@ -343,7 +344,7 @@ func TestHelpTexts(t *testing.T) {
 		for _, m := range flagRE.FindAllStringSubmatch(out, -1) {
 			takes[m[1]] = m[2]
 			if goTypeNames[m[2]] {
-				t.Errorf("%v: -%s takes %q, a Go type, not what to write", c.args, m[1], m[2])
+				t.Errorf("%v: --%s takes %q, a Go type, not what to write", c.args, m[1], m[2])
 			}
 		}
 		switch strings.Join(c.args[:len(c.args)-1], " ") {
@@ -352,25 +353,25 @@ func TestHelpTexts(t *testing.T) {
 				t.Errorf("version -h lists flags %v, which version ignores:\n%s", takes, out)
 			}
 		case "serve":
-			if takes["log-level"] != "debug|info|warn|error" || !regexp.MustCompile(`\n\s+log level[^\n]*\(default info\)\n`).MatchString(out) {
-				t.Errorf("serve -h: -log-level takes %q; want debug|info|warn|error with (default info):\n%s", takes["log-level"], out)
+			if takes["log-level"] != "debug|info|warn|error" || !regexp.MustCompile(`\n\s+log level[^\n]*\n\s+\(default info;`).MatchString(out) {
+				t.Errorf("serve -h: --log-level takes %q; want debug|info|warn|error with (default info:\n%s", takes["log-level"], out)
 			}
 			if takes["env"] != strings.Join(environments, "|") {
-				t.Errorf("serve -h: -env takes %q, want the environments %v", takes["env"], environments)
+				t.Errorf("serve -h: --env takes %q, want the environments %v", takes["env"], environments)
 			}
 		case "keys create":
 			if takes["plan"] != plansList {
-				t.Errorf("keys create -h: -plan takes %q, want the plans table %q", takes["plan"], plansList)
+				t.Errorf("keys create -h: --plan takes %q, want the plans table %q", takes["plan"], plansList)
 			}
 			if scopes := strings.Split(takes["scope"], "|"); !slices.Equal(slices.Sorted(slices.Values(scopes)), []string{scopeRead, scopeWrite}) {
-				t.Errorf("keys create -h: -scope takes %q, want the scopes %s and %s", takes["scope"], scopeRead, scopeWrite)
+				t.Errorf("keys create -h: --scope takes %q, want the scopes %s and %s", takes["scope"], scopeRead, scopeWrite)
 			}
 			if takes["env"] != strings.Join(environments, "|") {
-				t.Errorf("keys create -h: -env takes %q, want the environments %v", takes["env"], environments)
+				t.Errorf("keys create -h: --env takes %q, want the environments %v", takes["env"], environments)
 			}
 		case "keys revoke 3", "keys rotate", "keys unban", "backup", "keys list", "migrate":
 			if takes["db"] == "" {
-				t.Errorf("%v lists no -db:\n%s", c.args, out)
+				t.Errorf("%v lists no --db:\n%s", c.args, out)
 			}
 		case "":
 			if !strings.Contains(out, "\n  petstore keys create --plan "+plansList+" [flags]\n") {
@@ -393,7 +394,188 @@ func TestDefaultAddrIsLoopback(t *testing.T) {
 		t.Errorf("PETSTORE_ADDR=:8080 gave %q, %v", cfg.addr, err)
 	}
 	var help strings.Builder
-	if _, err := parseServe([]string{"-h"}, envFrom(nil), &help); err != errHelp || !strings.Contains(help.String(), `(default "127.0.0.1:8080")`) {
+	if _, err := parseServe([]string{"-h"}, envFrom(nil), &help); err != errHelp || !strings.Contains(help.String(), `(default "127.0.0.1:8080";`) {
 		t.Errorf("serve -h: %v, does not show the default address:\n%s", err, help.String())
+	}
+}
+
+// TestFlagMessages: a mistake in a command line is one line that starts
+// "petstore: COMMAND: ", writes a flag as the help and the docs do (two
+// dashes), prints a duration as the docs do (1m30s, not 1m30s0ms or
+// 24h0m0s), and for a bad value names the form it wants.
+func TestFlagMessages(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "m.db")
+	tests := []struct {
+		args []string
+		env  map[string]string
+		want string // the whole line, without "petstore: "
+	}{
+		{[]string{"serve", "--bogus"}, nil, "serve: unknown flag --bogus"},
+		{[]string{"serve", "-bogus"}, nil, "serve: unknown flag --bogus"},
+		{[]string{"keys", "list", "--bogus=1"}, nil, "keys list: unknown flag --bogus"},
+		{[]string{"serve", "--addr"}, nil, "serve: --addr needs a value"},
+		{[]string{"serve", "--ban-duration", "15"}, nil, `serve: --ban-duration: "15" is not a duration (like 15m or 1h)`},
+		{[]string{"serve"}, map[string]string{"PETSTORE_BAN_DURATION": "15"}, `serve: PETSTORE_BAN_DURATION: "15" is not a duration (like 15m or 1h)`},
+		{[]string{"serve", "--anon-rpm", "lots"}, nil, `serve: --anon-rpm: "lots" is not an integer`},
+		{[]string{"serve", "--trust-proxy=maybe"}, nil, `serve: --trust-proxy: "maybe" is not true or false`},
+		{[]string{"serve", "--pets-sunset-at", "soon"}, nil, `serve: --pets-sunset-at: "soon" is not a date (like 2027-07-01) or an RFC 3339 time (like 2027-07-01T09:00:00Z)`},
+		{[]string{"serve", "--log-level", "loud"}, nil, `serve: --log-level: "loud" is not a log level (debug, info, warn or error)`},
+		{[]string{"serve", "--idempotency-ttl", "30s"}, nil, "serve: --idempotency-ttl must be at least 1m, got 30s"},
+		{[]string{"serve", "--ban-hold", "90s"}, nil, "serve: --ban-hold must be 0s to 5s, got 1m30s"},
+		{[]string{"serve"}, map[string]string{"PETSTORE_BAN_HOLD": "90s"}, "serve: PETSTORE_BAN_HOLD must be 0s to 5s, got 1m30s"},
+		{[]string{"serve"}, map[string]string{"PETSTORE_LOG_LEVEL": "loud"}, `serve: PETSTORE_LOG_LEVEL: "loud" is not a log level (debug, info, warn or error)`},
+		{[]string{"serve", "--shutdown-timeout", "-1s"}, nil, "serve: --shutdown-timeout must not be negative, got -1s"},
+		{[]string{"serve", "--anon-rpm", "0"}, nil, "serve: --anon-rpm must be 1 to 100000000, got 0"},
+		{[]string{"serve", "--tls-cert", "x.pem"}, nil, "serve: --tls-cert and --tls-key go together: give both or neither"},
+		{[]string{"serve", "--env", "dev"}, nil, `serve: --env must be production or staging, got "dev"`},
+		{[]string{"keys", "rotate", "1", "--overlap", "-1h"}, nil, "keys rotate: --overlap must not be negative, got -1h"},
+		{[]string{"keys", "create", "--plan", "enterprise", "--rpm", "5", "--rpd", "0"}, nil, "keys create: --rpd must be at least 1, got 0"},
+		{[]string{"keys", "frob"}, nil, `keys: unknown subcommand "frob": want create, list, rotate, revoke or unban`},
+		{[]string{"backup", "--db", "postgres://u:hunter2@127.0.0.1/x", db + ".copy"}, nil,
+			"backup: --db is a PostgreSQL URL and backup copies a SQLite file; back up PostgreSQL with pg_dump (pg_dump --format=custom --file=DEST DBNAME)"},
+		{[]string{"copy", "--from", db}, nil, "copy: --from and --to are both required"},
+		{[]string{"migrate", "--db", "file:x.db"}, nil, `migrate: database path "file:x.db": SQLite reads a path starting with file: as a URI; write ./file:x.db`},
+		{[]string{"version", "now"}, nil, `version: unexpected argument "now"`},
+	}
+	singleDash := regexp.MustCompile(`(?:^|[\s("'])-[a-z]`)
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			_, _, err := runCLI(t, tt.env, tt.args...)
+			var msg bytes.Buffer
+			if code := exitCode(err, &msg); code != 2 {
+				t.Errorf("exit code = %d (%v), want 2", code, err)
+			}
+			if got := msg.String(); got != "petstore: "+tt.want+"\n" {
+				t.Errorf("message\n %q\nwant\n %q", got, "petstore: "+tt.want+"\n")
+			}
+			if singleDash.MatchString(msg.String()) {
+				t.Errorf("message %q writes a flag with one dash", msg.String())
+			}
+		})
+	}
+}
+
+// TestFailuresNameTheCommand: a runtime failure, too, starts "petstore:
+// COMMAND: ".
+func TestFailuresNameTheCommand(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	dir := t.TempDir()
+	tests := []struct {
+		args   []string
+		prefix string
+	}{
+		{[]string{"serve", "--db", filepath.Join(dir, "s.db"), "--addr", busy.Addr().String(), "--admin-addr", "off"}, "petstore: serve: "},
+		{[]string{"keys", "list", "--db", filepath.Join(dir, "typo.db")}, "petstore: keys list: "},
+		{[]string{"keys", "revoke", "7", "--db", filepath.Join(dir, "typo.db")}, "petstore: keys revoke: "},
+		{[]string{"backup", "--db", filepath.Join(dir, "typo.db"), filepath.Join(dir, "b.db")}, "petstore: backup: "},
+		{[]string{"copy", "--from", filepath.Join(dir, "typo.db"), "--to", filepath.Join(dir, "c.db")}, "petstore: copy: "},
+	}
+	for _, tt := range tests {
+		_, _, err := runCLI(t, nil, tt.args...)
+		var msg bytes.Buffer
+		if code := exitCode(err, &msg); code != 1 || !strings.HasPrefix(msg.String(), tt.prefix) || strings.Count(msg.String(), tt.prefix) != 1 {
+			t.Errorf("%v: exit %d, %q; want 1 and one line starting %q once", tt.args, code, msg.String(), tt.prefix)
+		}
+	}
+}
+
+// TestVersionFlag: petstore --version prints what petstore version does.
+func TestVersionFlag(t *testing.T) {
+	want := "petstore " + buildVersion() + "\n"
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
+		out, errOut, err := runCLI(t, nil, args...)
+		if err != nil || out != want || errOut != "" {
+			t.Errorf("%v: %v, stdout %q, stderr %q; want %q", args, err, out, errOut, want)
+		}
+	}
+	if out, _, _ := runCLI(t, nil, "help"); !strings.Contains(out, "--version") {
+		t.Errorf("petstore help does not mention --version:\n%s", out)
+	}
+}
+
+// TestHelpShowsFlagsAsTyped: every command's -h lists its flags with two
+// dashes, each with its PETSTORE_ variable, its default written as the
+// docs write it (24h, not 24h0m0s) and its bounds where it has some; a
+// flag without bounds has no bounds. backup -h offers no PostgreSQL URL,
+// which backup refuses.
+func TestHelpShowsFlagsAsTyped(t *testing.T) {
+	for _, args := range [][]string{{"serve"}, {"keys", "create"}, {"keys", "list"}, {"keys", "rotate"}, {"keys", "revoke"},
+		{"keys", "unban"}, {"backup"}, {"copy"}, {"migrate"}} {
+		out, _, err := runCLI(t, nil, append(args, "-h")...)
+		if err != nil {
+			t.Fatalf("%v -h: %v", args, err)
+		}
+		blocks := helpFlags(out)
+		if len(blocks) == 0 {
+			t.Errorf("%v -h lists no flag:\n%s", args, out)
+		}
+		if m := regexp.MustCompile(`(?m)^\s+-[a-z][^\n]*`).FindString(out); m != "" {
+			t.Errorf("%v -h writes a flag with one dash: %q", args, m)
+		}
+		if m := regexp.MustCompile(`\b\d+h0m\b|\b\d+m0s\b|\dh0m0s`).FindString(out); m != "" {
+			t.Errorf("%v -h writes a duration as %q", args, m)
+		}
+		for name, text := range blocks {
+			env := "PETSTORE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+			if !strings.Contains(text, env) {
+				t.Errorf("%v -h: --%s does not name %s:\n%s", args, name, env, text)
+			}
+		}
+	}
+	out, _, _ := runCLI(t, nil, "serve", "-h")
+	blocks := helpFlags(out)
+	for name, want := range map[string][]string{
+		"idempotency-ttl":  {"default 24h;", "at least 1m;"},
+		"ban-hold":         {"default 100ms;", "0s to 5s;"},
+		"anon-rpm":         {"default 60;", "1 to 100000000;"},
+		"write-timeout":    {"default 1m;", "at least 1ms;"},
+		"idle-timeout":     {"default 2m;"},
+		"shutdown-timeout": {"not negative;"},
+		"addr":             {`default "127.0.0.1:8080";`},
+	} {
+		for _, w := range want {
+			if !strings.Contains(blocks[name], w) {
+				t.Errorf("serve -h: --%s does not say %q:\n%s", name, w, blocks[name])
+			}
+		}
+	}
+	if !strings.HasSuffix(blocks["addr"], "\n      (default \"127.0.0.1:8080\"; PETSTORE_ADDR)\n") {
+		t.Errorf("serve -h: --addr, which has no bounds, does not end with its default and variable alone:\n%s", blocks["addr"])
+	}
+	out, _, _ = runCLI(t, nil, "backup", "-h")
+	if strings.Contains(out, "postgres") || !strings.Contains(out, "pg_dump") {
+		t.Errorf("backup -h offers a PostgreSQL URL, or does not say pg_dump:\n%s", out)
+	}
+}
+
+// helpFlags reads a command's -h: each flag's name and its lines.
+func helpFlags(help string) map[string]string {
+	blocks := map[string]string{}
+	name := ""
+	for line := range strings.SplitSeq(help, "\n") {
+		if rest, ok := strings.CutPrefix(line, "  --"); ok {
+			name, _, _ = strings.Cut(rest, " ")
+		} else if !strings.HasPrefix(line, "   ") {
+			name = ""
+		}
+		if name != "" {
+			blocks[name] += line + "\n"
+		}
+	}
+	return blocks
+}
+
+func TestFmtDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		24 * time.Hour: "24h", 15 * time.Minute: "15m", 2 * time.Minute: "2m", 90 * time.Second: "1m30s",
+		90 * time.Minute: "1h30m", time.Hour + 30*time.Second: "1h0m30s", 100 * time.Millisecond: "100ms", 0: "0s", -time.Hour: "-1h",
+	} {
+		if got := fmtDuration(d); got != want {
+			t.Errorf("fmtDuration(%v) = %q, want %q", d, got, want)
+		}
 	}
 }

@@ -123,7 +123,7 @@ func runCopy(ctx context.Context, args []string, getenv func(string) string, std
 	// lock is held until the copy ends.
 	releaseFrom, err := holdDatabase(ctx, *from, false, 0)
 	if err != nil {
-		return fmt.Errorf("copy --from: %w", err)
+		return fmt.Errorf("--from: %w", err)
 	}
 	defer releaseFrom()
 	src, err := openStore(ctx, *from, storeOptions{now: time.Now, busy: defaultBusyTimeout, maxConns: 2})
@@ -133,7 +133,7 @@ func runCopy(ctx context.Context, args []string, getenv func(string) string, std
 	defer src.Close()
 	releaseTo, err := holdDatabase(ctx, *to, true, 0)
 	if err != nil {
-		return fmt.Errorf("copy --to: %w", err)
+		return fmt.Errorf("--to: %w", err)
 	}
 	defer releaseTo()
 	dst, err := openStore(ctx, *to, storeOptions{migrate: true, now: time.Now, busy: defaultBusyTimeout, maxConns: 2})

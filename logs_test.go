@@ -732,3 +732,29 @@ func TestLogsNeverContainKeys(t *testing.T) {
 		t.Errorf("%d request lines logged, want one per request (20)", lines)
 	}
 }
+
+// TestHeadLogsNoBody: the request line of a HEAD says bytes=0, the body it
+// did not send; the GET of the same resource says the bytes it sent.
+func TestHeadLogsNoBody(t *testing.T) {
+	ts := startServer(t)
+	get := ts.do(t, "GET", "/v1/categories", ts.key, "", "X-Request-Id", "get-with-body")
+	head := ts.do(t, "HEAD", "/v1/categories", ts.key, "", "X-Request-Id", "head-without-body")
+	if get.status != 200 || head.status != 200 || len(get.body) == 0 || len(head.body) != 0 {
+		t.Fatalf("GET %d (%d bytes), HEAD %d (%d bytes)", get.status, len(get.body), head.status, len(head.body))
+	}
+	lineOf := func(id string) string {
+		for line := range strings.SplitSeq(ts.stderr.String(), "\n") {
+			if strings.Contains(line, "request_id="+id) {
+				return line
+			}
+		}
+		return ""
+	}
+	waitFor(t, 5*time.Second, "the request lines", func() bool { return lineOf("get-with-body") != "" && lineOf("head-without-body") != "" })
+	if want := fmt.Sprintf(" bytes=%d ", len(get.body)); !strings.Contains(lineOf("get-with-body"), want) {
+		t.Errorf("the GET's line does not say%s:\n%s", want, lineOf("get-with-body"))
+	}
+	if !strings.Contains(lineOf("head-without-body"), " bytes=0 ") {
+		t.Errorf("the HEAD's line does not say bytes=0:\n%s", lineOf("head-without-body"))
+	}
+}

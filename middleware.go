@@ -205,12 +205,16 @@ func logRequests(log *requestLog, m *serverMetrics) func(http.Handler) http.Hand
 				if st.key != nil {
 					keyID = st.key.ID
 				}
+				sent := st.rec.bytes
+				if r.Method == http.MethodHead {
+					sent = 0 // net/http drops a HEAD's body, though its Write says it was written
+				}
 				log.write(log.now(), &requestLine{
 					method:    clipField(r.Method),
 					route:     st.pattern,
 					status:    st.rec.status,
 					duration:  end.Sub(start),
-					bytes:     st.rec.bytes,
+					bytes:     sent,
 					key:       keyID,
 					requestID: clipField(w.Header().Get("X-Request-Id")),
 					remote:    r.RemoteAddr,

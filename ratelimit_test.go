@@ -421,7 +421,7 @@ func TestBannedKeyWaits(t *testing.T) {
 	for _, bad := range []string{"-1ms", "5001ms"} {
 		_, _, err := runCLI(t, nil, "serve", "--db", testDB(t), "--ban-hold", bad)
 		var ue *usageError
-		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--ban-hold must be 0 to 5s") {
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--ban-hold must be 0s to 5s") {
 			t.Errorf("--ban-hold %s: %v, want a usage error", bad, err)
 		}
 	}

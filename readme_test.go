@@ -18,7 +18,7 @@ import (
 // TestReadmeListsEveryServeFlag: each flag of serve has a row in the
 // flags table of docs/cli.md (moved there from the README), with its
 // variable and the default serve -h gives (a duration may be written
-// another way: 60s for 1m0s).
+// another way: 60s for 1m).
 func TestReadmeListsEveryServeFlag(t *testing.T) {
 	readme, err := os.ReadFile("docs/cli.md")
 	if err != nil {
@@ -34,7 +34,7 @@ func TestReadmeListsEveryServeFlag(t *testing.T) {
 	if err != nil {
 		t.Fatalf("serve -h: %v", err)
 	}
-	flagRE := regexp.MustCompile(`(?m)^  -([a-z-]+)[^\n]*\n\s+[^\n]*?(?:\(default ("[^"]*"|[^)]+)\))?$`)
+	flagRE := regexp.MustCompile(`(?m)^  --([a-z-]+)[^\n]*\n(?:      [^\n]*\n)*?      \((?:default ("[^"]*"|[^;]+); )?[^\n]*PETSTORE_[A-Z_]+\)$`)
 	found := flagRE.FindAllStringSubmatch(help, -1)
 	if len(found) < 20 {
 		t.Fatalf("read %d flags from serve -h, want them all:\n%s", len(found), help)

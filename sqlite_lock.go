@@ -78,7 +78,7 @@ func holdServeLock(ctx context.Context, db string, activated bool, drain time.Du
 	case errors.As(err, &he) && ctx.Err() != nil:
 		return nil, errStoppedWaiting
 	case errors.As(err, &he):
-		return nil, fmt.Errorf("started by socket activation, waited %v (--shutdown-timeout plus %v) for the previous serve to stop: %w", wait, activatedLockSlack, err)
+		return nil, fmt.Errorf("started by socket activation, waited %s (--shutdown-timeout plus %s) for the previous serve to stop: %w", fmtDuration(wait), fmtDuration(activatedLockSlack), err)
 	}
 	return release, err
 }
