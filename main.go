@@ -74,6 +74,9 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	logs := newLogWriter(stderr)
 	defer logs.Flush() // registered first: runs after every other deferred log line
 	logger := newLogger(cfg.logFormat, cfg.logLevel, logs)
+	if cfg.trustProxy {
+		logger.Warn("--trust-proxy believes X-Forwarded-For from any sender: a client that reaches this server without going through the proxy chooses the address its requests are limited by; name the proxies with --trusted-proxies instead")
+	}
 	// Sockets passed by systemd (DECISIONS.md section 14) are taken first:
 	// they say whether this serve is the next process of a restart, and
 	// their queue holds new connections until it accepts.

@@ -49,7 +49,7 @@ func newServer(logger *slog.Logger, reqLog *requestLog, store Store, idem *idemp
 		withCORS(cfg.cors, api),            // answers preflights of the API's methods: before the key and the limiter
 		areaHeaders(cfg.petsDeprecation()), // before the limiter: a 429 carries them too
 		authenticate(keys),                 // resolves the key once; refuses nothing
-		limitRequests(lim, cfg.trustProxy, cfg.banHold, m, rt.routeOf), // before routing: a 429 comes even on an unknown path
+		limitRequests(lim, cfg.proxies(), cfg.banHold, m, rt.routeOf), // before routing: a 429 comes even on an unknown path
 	) // then the router (404, 405), then requireKey on each route that needs it (401)
 }
 

@@ -730,6 +730,9 @@ func TestTLSUsage(t *testing.T) {
 		{"acme directory over http", acme("api.example.com", "--acme-directory", "http://ca.example.com/dir"), nil, "https:// URL"},
 		{"acme email of two addresses", acme("api.example.com", "--acme-email", "a@example.com,b@example.com"), nil, "--acme-email"},
 		{"acme email without @", acme("api.example.com", "--acme-email", "ops"), nil, "--acme-email"},
+		{"trust-proxy with a certificate", append(pair, "--trust-proxy"), nil, "--trust-proxy goes with a proxy in front"},
+		{"trust-proxy with acme", acme("api.example.com", "--trust-proxy"), nil, "--trust-proxy goes with a proxy in front"},
+		{"PETSTORE_TRUST_PROXY with a certificate", pair, map[string]string{"PETSTORE_TRUST_PROXY": "true"}, "--trust-proxy goes with a proxy in front"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
