@@ -103,6 +103,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	store = wrapStore(ctx, store)
 	listening := false // "stopped" only follows "listening": a failed start prints its error alone
 	defer func() {
 		// Runs last: after the servers drained and the upkeep wrote the
