@@ -171,13 +171,15 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	reqLog := newRequestLog(cfg.logFormat, cfg.logLevel, logs)
 	reqLog.now = clockOf(ctx)
 	logs.beforeFlush = func(final bool) { reqLog.endSecond(reqLog.now(), final) }
-	api := newHTTPServer(newServer(logger, reqLog, store, idem, keys, limits, metrics, cfg, certs), cfg, logger)
+	ready := newReadiness(store, clockOf(ctx)) // /readyz's, on both listeners
+	api := newHTTPServer(newServer(logger, reqLog, store, ready, idem, keys, limits, metrics, cfg, certs), cfg, logger)
 	if certs != nil {
 		useTLS(api, certs)
 		api.ErrorLog = tlsErrorLog(reqLog, metrics, logger) // failed handshakes: on the log budget, counted
 		metrics.servesTLS(certs, len(cfg.acmeDomains) > 0)
 		if a, ok := certs.(*acmeCerts); ok {
-			a.metrics = metrics // its failed attempts (acmeFailed)
+			a.metrics = metrics // its failed attempts (acmeFailed), its refused challenges
+			a.limits = limits   // the challenges' limit (DECISIONS.md section 17)
 			// HTTP-01 wherever the plain listener is: bound from
 			// --http-addr or passed by systemd without it.
 			a.http01 = lns.http != nil
@@ -190,7 +192,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		listeners = append(listeners, &closeOnce{Listener: lns.http})
 	}
 	if lns.admin != nil {
-		servers = append(servers, newHTTPServer(newAdminServer(store, limits, metrics, cfg, certs), cfg, logger))
+		servers = append(servers, newHTTPServer(newAdminServer(ready, limits, metrics, cfg, certs), cfg, logger))
 		listeners = append(listeners, &closeOnce{Listener: lns.admin})
 	}
 	var fresh newConns

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -285,12 +284,6 @@ func TestKeylessRequestsLimitedByAddress(t *testing.T) {
 // The test's clients dial from 127.0.0.1 (listed) and 127.0.0.2 (not).
 func TestTrustedProxies(t *testing.T) {
 	ts := startServer(t, "--anon-rpm", "2", "--trusted-proxies", "127.0.0.1, 192.0.2.0/24")
-	from := func(local string) *http.Client {
-		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}, Timeout: 5 * time.Second}
-		tr := &http.Transport{DialContext: d.DialContext}
-		t.Cleanup(tr.CloseIdleConnections)
-		return &http.Client{Transport: tr, Timeout: 10 * time.Second}
-	}
 	get := func(c *http.Client, xff string) int {
 		t.Helper()
 		req, err := http.NewRequest("GET", ts.base+"/v1/categories", nil)
@@ -309,7 +302,7 @@ func TestTrustedProxies(t *testing.T) {
 
 	// From the listed proxy, each forwarded client has its own bucket, the
 	// one behind a second listed proxy too.
-	proxy := from("127.0.0.1")
+	proxy := clientFrom(t, "127.0.0.1")
 	for i := range 100 {
 		xff := fmt.Sprintf("198.51.100.%d", i)
 		if i%2 == 1 {
@@ -328,7 +321,7 @@ func TestTrustedProxies(t *testing.T) {
 	// From a sender not listed, X-Forwarded-For is ignored: 100 requests
 	// with a different one each are one client's, 2 allowed (a third if
 	// the bucket refilled meanwhile, 30 s on), the rest 429.
-	direct := from("127.0.0.2")
+	direct := clientFrom(t, "127.0.0.2")
 	counts := map[int]int{}
 	for i := range 100 {
 		counts[get(direct, fmt.Sprintf("198.51.100.%d", 200+i%50))]++
