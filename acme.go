@@ -22,6 +22,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,9 +72,18 @@ type acmeCerts struct {
 	// orders (only tokens go to it).
 	reader    *autocert.Manager
 	transport *acmeTransport
-	// metrics counts the failed attempts (at start, and renewals); serve
-	// sets it before run, and a nil one counts nothing.
+	// metrics counts the failed attempts (at start, and renewals) and the
+	// challenges refused; serve sets it before run, and a nil one counts
+	// nothing.
 	metrics *serverMetrics
+	// limits is the limit of requests without a key that every challenge
+	// lookup goes through, by client address (proxies: whose
+	// X-Forwarded-For is believed on the plain listener); serve sets it
+	// before run, and a nil one limits nothing. misses are the lookups
+	// that found nothing in the last second (keyless.go).
+	limits  rateLimiter
+	proxies proxyTrust
+	misses  *missMemory
 }
 
 // acmeCerts must stay a certSource: serve takes the API's certificates
@@ -93,7 +103,8 @@ func newACMECerts(ctx context.Context, cfg serveConfig, store Store, logger *slo
 	if err != nil {
 		return nil, err
 	}
-	c := &acmeCerts{dir: cfg.acmeDirectory, email: cfg.acmeEmail, transport: tr, log: logger, byName: map[string]*acmeDomain{}}
+	c := &acmeCerts{dir: cfg.acmeDirectory, email: cfg.acmeEmail, transport: tr, log: logger, byName: map[string]*acmeDomain{},
+		proxies: cfg.proxies(), misses: newMissMemory(clockOf(ctx))}
 	// autocert reads the real clock: so must the cache that judges for it.
 	c.cache = newACMECache(store, cfg.acmeDirectory, cfg.acmeDomains, time.Now, logger)
 	c.cache.caRequests = tr.requests.Load
@@ -305,7 +316,7 @@ func (c *acmeCerts) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate
 		return nil, fmt.Errorf("no certificate for %s: not one of --acme-domains", hello.ServerName)
 	}
 	if len(hello.SupportedProtos) == 1 && hello.SupportedProtos[0] == acme.ALPNProto {
-		return c.reader.GetCertificate(hello)
+		return c.challengeCertificate(hello, d)
 	}
 	m := d.m.Load()
 	if m == nil {
@@ -355,7 +366,11 @@ func (c *acmeCerts) expiries() map[string]time.Time {
 // challenges answers HTTP-01 on the plain listener, from the database, for
 // the listed names (in a Host header with a port too, as a CA other than
 // Let's Encrypt may send); a challenge path of another host is any path
-// to next, and a token unknown a JSON 404.
+// to next, and a token unknown a JSON 404. A lookup goes through the limit
+// of requests without a key of its client address (over it: a 429 with
+// Retry-After and no rate-limit headers: the plain listener has none), and
+// one that its address made in vain in the last second is a 404 without
+// a read.
 func (c *acmeCerts) challenges(next http.Handler) http.Handler {
 	h := c.reader.HTTPHandler(nil)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -368,12 +383,24 @@ func (c *acmeCerts) challenges(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		addr := c.proxies.clientAddr(r)
+		if dec, ok := c.allowChallenge(addr); !ok {
+			w.Header().Set("Retry-After", strconv.FormatInt(dec.RetryAfter, 10))
+			writeRefusal(w, dec)
+			return
+		}
+		notFound := errorf("not_found", "no ACME challenge answer for %s at this path", d.name)
+		if c.misses.missed(addr, r.URL.Path) {
+			writeError(w, r, notFound)
+			return
+		}
 		r = r.Clone(r.Context())
 		r.Host = d.name
 		a := &challengeAnswer{header: http.Header{}}
 		h.ServeHTTP(a, r)
 		if a.status != http.StatusOK {
-			writeError(w, r, errorf("not_found", "no ACME challenge answer for %s at this path", d.name))
+			c.misses.remember(addr, r.URL.Path)
+			writeError(w, r, notFound)
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain")

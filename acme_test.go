@@ -255,11 +255,20 @@ var acmeTestTimings = acmeTimings{retryMin: 100 * time.Millisecond, retryMax: 40
 // waits until it listens (not until it has a certificate).
 func startACMEServer(t *testing.T, p *testPebble, db string, names []string, args ...string) *acmeServer {
 	t.Helper()
+	return startACMEServerIn(t, context.WithValue(context.Background(), acmeTimingsKey{}, acmeTestTimings), db, names,
+		append([]string{"--acme-directory", p.directory, "--acme-ca-file", p.caFile}, args...)...)
+}
+
+// startACMEServerIn is startACMEServer with run's context derived from
+// parent (which may carry timings, a clock, a store's wrapper) and the CA
+// named in args.
+func startACMEServerIn(t *testing.T, parent context.Context, db string, names []string, args ...string) *acmeServer {
+	t.Helper()
 	all := append([]string{"serve", "--db", db, "--addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
-		"--acme-domains", strings.Join(names, ","), "--acme-directory", p.directory, "--acme-ca-file", p.caFile}, args...)
+		"--acme-domains", strings.Join(names, ",")}, args...)
 	s := &acmeServer{}
 	var done <-chan error
-	s.stderr, done, s.stop = serveInBackground(t, context.WithValue(context.Background(), acmeTimingsKey{}, acmeTestTimings), all)
+	s.stderr, done, s.stop = serveInBackground(t, parent, all)
 	for deadline := time.Now().Add(10 * time.Second); s.addr == ""; time.Sleep(10 * time.Millisecond) {
 		log := s.stderr.String()
 		if a := logAddr(listeningRE, log); a != "" {

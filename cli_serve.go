@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -38,8 +39,10 @@ type serveConfig struct {
 	acmeCAFile       string
 	env              string
 	publicURL        string
-	publicURLSet     bool // --public-url was given (flag or environment), not defaulted
-	trustProxy       bool
+	publicURLSet     bool           // --public-url was given (flag or environment), not defaulted
+	trustProxy       bool           // --trust-proxy: any sender's X-Forwarded-For is believed
+	trustedProxies   []netip.Prefix // --trusted-proxies: the senders whose X-Forwarded-For is believed
+	trustedList      string         // --trusted-proxies as given
 	anonRPM          int64
 	maxAddrs         int
 	banThreshold     int64
@@ -83,6 +86,9 @@ func (cfg *serveConfig) validate() error {
 	if err := cfg.validateTLS(); err != nil {
 		return err
 	}
+	if err := cfg.validateProxies(); err != nil {
+		return err
+	}
 	// The bounds of single numeric flags are flagBounds', checked by
 	// parseFlags.
 	switch {
@@ -112,6 +118,22 @@ func (cfg *serveConfig) validate() error {
 	return checkDBPath(cfg.db)
 }
 
+// validateProxies reads --trusted-proxies and checks it and --trust-proxy
+// against each other and petstore's own HTTPS (after validateTLS).
+func (cfg *serveConfig) validateProxies() error {
+	var err error
+	if cfg.trustedProxies, err = parseTrustedProxies(cfg.trustedList); err != nil {
+		return usagef("--trusted-proxies: %v", err)
+	}
+	switch {
+	case cfg.trustProxy && len(cfg.trustedProxies) > 0:
+		return usagef("--trust-proxy and --trusted-proxies exclude each other: list the proxies in front, or believe any sender with --trust-proxy")
+	case cfg.trustProxy && (cfg.tlsCert != "" || len(cfg.acmeDomains) > 0):
+		return usagef("--trust-proxy goes with a proxy in front, not with petstore's own HTTPS (--tls-cert, --acme-domains): clients that connect directly would choose their own address in X-Forwarded-For; list the proxies with --trusted-proxies")
+	}
+	return nil
+}
+
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cfg, err := parseServe(args, getenv, stdout)
 	if err != nil {
@@ -138,7 +160,8 @@ func parseServe(args []string, getenv func(string) string, stdout io.Writer) (se
 	fs.StringVar(&cfg.acmeEmail, "acme-email", "", "the ACME account's contact `ADDRESS`; empty: none")
 	fs.StringVar(&cfg.acmeCAFile, "acme-ca-file", "", "a PEM `FILE` of extra roots to trust for the ACME directory's own HTTPS (a private CA's)")
 	fs.StringVar(&cfg.adminAddr, "admin-addr", "127.0.0.1:9090", "`HOST:PORT` of the admin listener (metrics, health); empty or off turns it off")
-	fs.BoolVar(&cfg.trustProxy, "trust-proxy", false, "take the client address from the last X-Forwarded-For entry")
+	fs.StringVar(&cfg.trustedList, "trusted-proxies", "", "the proxies in front, a comma-separated `LIST` of addresses and CIDR ranges: their X-Forwarded-For is believed, and the client is its last entry that is not one of them")
+	fs.BoolVar(&cfg.trustProxy, "trust-proxy", false, "believe X-Forwarded-For from any sender (its last entry), for a proxy whose address is not known in advance; not with --tls-cert or --acme-domains")
 	fs.Int64Var(&cfg.anonRPM, "anon-rpm", 60, "requests per minute, `N`, for each client address without a valid key")
 	fs.IntVar(&cfg.maxAddrs, "max-addrs", 100_000, "client addresses whose rate limits are tracked at most, `N`")
 	fs.Int64Var(&cfg.banThreshold, "ban-threshold", 60, "refused requests within a minute, `N`, that get a key banned")

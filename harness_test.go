@@ -743,6 +743,21 @@ func (p *serverProcess) terminate(t *testing.T) {
 	}
 }
 
+// dialerFrom returns a dialer whose connections come from the loopback
+// address local (all of 127.0.0.0/8 is the loopback's), so that one test
+// can be several clients, and a proxy listed or not.
+func dialerFrom(local string) *net.Dialer {
+	return &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}, Timeout: 5 * time.Second}
+}
+
+// clientFrom returns a plain HTTP client whose connections come from
+// local (dialerFrom).
+func clientFrom(t *testing.T, local string) *http.Client {
+	tr := &http.Transport{DialContext: dialerFrom(local).DialContext}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
 // testClock is the tests' one injected clock, for a server (through
 // context) or a limiter (through now). Until set is called it follows the
 // real clock, moved by add: the idempotency tests age answers so. Once set,

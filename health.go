@@ -1,14 +1,13 @@
 // health.go owns the health checks: liveness (/healthz) and readiness
-// (/readyz: a certificate can be served and the database answers; its body
-// says where rate limits are kept), on both listeners.
+// (/readyz: a certificate can be served and the database answered within
+// the last second, keyless.go's readiness; its body says where rate limits
+// are kept), on both listeners.
 
 package main
 
 import (
 	"bytes"
-	"context"
 	"net/http"
-	"time"
 )
 
 func handleHealth(env string) http.Handler {
@@ -26,8 +25,9 @@ func handleHealth(env string) http.Handler {
 	})
 }
 
-// handleReady answers /readyz; certs is nil without HTTPS.
-func handleReady(store Store, lim rateLimiter, certs certSource) http.Handler {
+// handleReady answers /readyz; certs is nil without HTTPS. The database's
+// state comes from ready, at most a second old.
+func handleReady(ready *readiness, lim rateLimiter, certs certSource) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Until a certificate can be served (an ACME CA has not answered
 		// yet), every HTTPS handshake fails: not ready, whatever else is.
@@ -38,9 +38,7 @@ func handleReady(store Store, lim rateLimiter, certs certSource) http.Handler {
 				return
 			}
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := store.Ready(ctx); err != nil {
+		if err := ready.check(r.Context()); err != nil {
 			noteError(r, err)
 			w.Header().Set("Retry-After", retryAfterUnavailable)
 			writeError(w, r, errorf("unavailable", "the database is not reachable"))

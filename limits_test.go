@@ -727,28 +727,82 @@ func TestLimiterBanDurationSaturates(t *testing.T) {
 	}
 }
 
+// TestClientAddr is the rule of DECISIONS.md section 17 for the address a
+// request is counted by: only a listed proxy's X-Forwarded-For is read, all
+// its lines as one list; the client is the last entry that is not a listed
+// proxy (all listed: the first; one that does not parse: the sender).
+// --trust-proxy believes any sender's last entry.
 func TestClientAddr(t *testing.T) {
+	list, err := parseTrustedProxies("10.0.0.1, 192.0.2.0/24,2001:db8:1::/48")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed, anyone := proxyTrust{list: list}, proxyTrust{any: true}
 	for _, tc := range []struct {
-		xff   string
-		trust bool
+		name  string
+		trust proxyTrust
+		peer  string
+		xff   []string
 		want  string
 	}{
-		{"", true, "10.0.0.1"},
-		{"203.0.113.5", false, "10.0.0.1"},
-		{"203.0.113.5", true, "203.0.113.5"},
-		{"198.51.100.9, 203.0.113.5", true, "203.0.113.5"}, // the earlier entries are the client's word
-		{"203.0.113.5:4711", true, "203.0.113.5"},          // a proxy that appends the port
-		{"[2001:db8::1]:4711", true, "2001:db8::1"},
-		{" 2001:db8::1 ", true, "2001:db8::1"},
-		{"not an address", true, "10.0.0.1"},
+		{"nothing trusted", proxyTrust{}, "10.0.0.1:555", []string{"203.0.113.5"}, "10.0.0.1"},
+		{"listed, no header", listed, "10.0.0.1:555", nil, "10.0.0.1"},
+		{"not listed", listed, "10.9.9.9:555", []string{"203.0.113.5"}, "10.9.9.9"},
+		{"a listed range", listed, "192.0.2.200:555", []string{"203.0.113.5"}, "203.0.113.5"},
+		{"an IPv4-mapped sender", listed, "[::ffff:10.0.0.1]:555", []string{"203.0.113.5"}, "203.0.113.5"},
+		{"one entry", listed, "10.0.0.1:555", []string{"203.0.113.5"}, "203.0.113.5"},
+		{"the client's own word comes first", listed, "10.0.0.1:555", []string{"198.51.100.9, 203.0.113.5"}, "203.0.113.5"},
+		{"a listed proxy skipped", listed, "10.0.0.1:555", []string{"198.51.100.9, 203.0.113.5, 192.0.2.7"}, "203.0.113.5"},
+		{"lines in order", listed, "10.0.0.1:555", []string{"198.51.100.9, 203.0.113.5", "192.0.2.7,192.0.2.8"}, "203.0.113.5"},
+		{"the last line's client", listed, "10.0.0.1:555", []string{"198.51.100.9", "203.0.113.5, 192.0.2.7"}, "203.0.113.5"},
+		{"every entry listed", listed, "10.0.0.1:555", []string{"192.0.2.7", "192.0.2.8, 10.0.0.1"}, "192.0.2.7"},
+		{"a mapped listed entry", listed, "10.0.0.1:555", []string{"203.0.113.5, ::ffff:192.0.2.7"}, "203.0.113.5"},
+		{"an IPv6 proxy", listed, "[2001:db8:1::1]:555", []string{"2001:db8::9, 2001:db8:1::5"}, "2001:db8::9"},
+		{"an entry that does not parse", listed, "10.0.0.1:555", []string{"203.0.113.5, junk, 192.0.2.7"}, "10.0.0.1"},
+		{"junk before the client is never read", listed, "10.0.0.1:555", []string{"junk, 203.0.113.5"}, "203.0.113.5"},
+		{"an empty last entry", listed, "10.0.0.1:555", []string{"203.0.113.5,"}, "10.0.0.1"},
+		{"an empty line", listed, "10.0.0.1:555", []string{"203.0.113.5", ""}, "10.0.0.1"},
+		{"a port", listed, "10.0.0.1:555", []string{"203.0.113.5:4711"}, "203.0.113.5"},
+		{"an IPv6 port", listed, "10.0.0.1:555", []string{"[2001:db8::1]:4711"}, "2001:db8::1"},
+		{"spaces", listed, "10.0.0.1:555", []string{" 2001:db8::1 ,  192.0.2.7 "}, "2001:db8::1"},
+		{"any: the last entry", anyone, "10.9.9.9:555", []string{"198.51.100.9, 203.0.113.5"}, "203.0.113.5"},
+		{"any: the last line", anyone, "10.9.9.9:555", []string{"198.51.100.9", "203.0.113.5"}, "203.0.113.5"},
+		{"any: even a proxy's", anyone, "10.9.9.9:555", []string{"203.0.113.5, 192.0.2.7"}, "192.0.2.7"},
+		{"any: a port", anyone, "10.9.9.9:555", []string{"[2001:db8::1]:4711"}, "2001:db8::1"},
+		{"any: junk", anyone, "10.9.9.9:555", []string{"not an address"}, "10.9.9.9"},
+		{"any: no header", anyone, "10.9.9.9:555", nil, "10.9.9.9"},
 	} {
 		r := httptest.NewRequest("GET", "/v1/categories", nil)
-		r.RemoteAddr = "10.0.0.1:555"
-		if tc.xff != "" {
-			r.Header.Set("X-Forwarded-For", tc.xff)
+		r.RemoteAddr = tc.peer
+		for _, v := range tc.xff {
+			r.Header.Add("X-Forwarded-For", v)
 		}
-		if got := clientAddr(r, tc.trust); got.String() != tc.want {
-			t.Errorf("X-Forwarded-For %q, trust %v: %v, want %s", tc.xff, tc.trust, got, tc.want)
+		if got := tc.trust.clientAddr(r); got.Unmap().String() != tc.want {
+			t.Errorf("%s: %s with X-Forwarded-For %q: %v, want %s", tc.name, tc.peer, tc.xff, got, tc.want)
+		}
+	}
+}
+
+func TestParseTrustedProxies(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"", ""},
+		{"127.0.0.1", "127.0.0.1/32"},
+		{" 10.0.0.0/8 , ::1,2001:db8::/32 ", "10.0.0.0/8 ::1/128 2001:db8::/32"},
+		{"10.1.2.3/8", "10.0.0.0/8"},
+		{"::ffff:10.0.0.1", "10.0.0.1/32"},
+	} {
+		got, err := parseTrustedProxies(tc.in)
+		var s []string
+		for _, p := range got {
+			s = append(s, p.String())
+		}
+		if err != nil || strings.Join(s, " ") != tc.want {
+			t.Errorf("%q: %v %v, want %s", tc.in, s, err, tc.want)
+		}
+	}
+	for _, in := range []string{",", "10.0.0.1,,10.0.0.2", "proxy.example.com", "10.0.0.0/33", "fe80::1%eth0", "10.0.0.1:80"} {
+		if got, err := parseTrustedProxies(in); err == nil {
+			t.Errorf("%q: %v, want an error", in, got)
 		}
 	}
 }

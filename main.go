@@ -74,6 +74,9 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	logs := newLogWriter(stderr)
 	defer logs.Flush() // registered first: runs after every other deferred log line
 	logger := newLogger(cfg.logFormat, cfg.logLevel, logs)
+	if cfg.trustProxy {
+		logger.Warn("--trust-proxy believes X-Forwarded-For from any sender: a client that reaches this server without going through the proxy chooses the address its requests are limited by; name the proxies with --trusted-proxies instead")
+	}
 	// Sockets passed by systemd (DECISIONS.md section 14) are taken first:
 	// they say whether this serve is the next process of a restart, and
 	// their queue holds new connections until it accepts.
@@ -100,6 +103,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	store = wrapStore(ctx, store)
 	listening := false // "stopped" only follows "listening": a failed start prints its error alone
 	defer func() {
 		// Runs last: after the servers drained and the upkeep wrote the
@@ -167,13 +171,15 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	reqLog := newRequestLog(cfg.logFormat, cfg.logLevel, logs)
 	reqLog.now = clockOf(ctx)
 	logs.beforeFlush = func(final bool) { reqLog.endSecond(reqLog.now(), final) }
-	api := newHTTPServer(newServer(logger, reqLog, store, idem, keys, limits, metrics, cfg, certs), cfg, logger)
+	ready := newReadiness(store, clockOf(ctx)) // /readyz's, on both listeners
+	api := newHTTPServer(newServer(logger, reqLog, store, ready, idem, keys, limits, metrics, cfg, certs), cfg, logger)
 	if certs != nil {
 		useTLS(api, certs)
 		api.ErrorLog = tlsErrorLog(reqLog, metrics, logger) // failed handshakes: on the log budget, counted
 		metrics.servesTLS(certs, len(cfg.acmeDomains) > 0)
 		if a, ok := certs.(*acmeCerts); ok {
-			a.metrics = metrics // its failed attempts (acmeFailed)
+			a.metrics = metrics // its failed attempts (acmeFailed), its refused challenges
+			a.limits = limits   // the challenges' limit (DECISIONS.md section 17)
 			// HTTP-01 wherever the plain listener is: bound from
 			// --http-addr or passed by systemd without it.
 			a.http01 = lns.http != nil
@@ -186,7 +192,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		listeners = append(listeners, &closeOnce{Listener: lns.http})
 	}
 	if lns.admin != nil {
-		servers = append(servers, newHTTPServer(newAdminServer(store, limits, metrics, cfg, certs), cfg, logger))
+		servers = append(servers, newHTTPServer(newAdminServer(ready, limits, metrics, cfg, certs), cfg, logger))
 		listeners = append(listeners, &closeOnce{Listener: lns.admin})
 	}
 	var fresh newConns

@@ -7,6 +7,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -63,7 +65,7 @@ type limiterBackend struct {
 //
 // A refused request is not routed: routeOf names the route it would have
 // matched, for the log and the metrics.
-func limitRequests(lim rateLimiter, trustProxy bool, hold time.Duration, m *serverMetrics, routeOf func(*http.Request) string) func(http.Handler) http.Handler {
+func limitRequests(lim rateLimiter, proxies proxyTrust, hold time.Duration, m *serverMetrics, routeOf func(*http.Request) string) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if !isAPIPath(r.URL.Path) {
@@ -75,7 +77,7 @@ func limitRequests(lim rateLimiter, trustProxy bool, hold time.Duration, m *serv
 			if st != nil && st.key != nil {
 				d = lim.allowKey(st.key.Lineage, st.key.RPM, st.key.RPD) // one bucket, quota and ban for a lineage
 			} else {
-				d = lim.allowAddr(clientAddr(r, trustProxy))
+				d = lim.allowAddr(proxies.clientAddr(r))
 			}
 			d.setHeaders(w.Header())
 			if !d.Allowed {
@@ -137,33 +139,124 @@ func writeRefusal(w http.ResponseWriter, d decision) {
 	writeRaw(w, http.StatusTooManyRequests, append(b, "\"}\n"...))
 }
 
-// clientAddr is the address a request's rate limit is kept by: the
-// connection's peer, or with trustProxy the last address in
-// X-Forwarded-For, the one the proxy in front of us appended (earlier ones
-// are the client's word and can be forged).
-func clientAddr(r *http.Request, trustProxy bool) netip.Addr {
-	if trustProxy {
-		if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
-			last := xff[len(xff)-1]
-			if i := strings.LastIndexByte(last, ','); i >= 0 {
-				last = last[i+1:]
+// proxyTrust says whose X-Forwarded-For is believed: --trust-proxy's any
+// sender, or the senders of --trusted-proxies (list); the zero value,
+// nobody's.
+type proxyTrust struct {
+	any  bool
+	list []netip.Prefix
+}
+
+// proxies is cfg's proxyTrust.
+func (cfg *serveConfig) proxies() proxyTrust {
+	return proxyTrust{any: cfg.trustProxy, list: cfg.trustedProxies}
+}
+
+// clientAddr is the address a request's rate limit is kept by (DECISIONS.md
+// section 17): the connection's peer, unless the peer is a proxy whose
+// X-Forwarded-For is believed.
+//
+// A listed proxy's header lines are read as one list, in order, and the
+// client is the last entry that is not itself a listed proxy: those
+// before it are the client's word and can be forged. Every entry listed:
+// the first; an entry that does not parse: the peer, for no proxy of ours
+// wrote it. With --trust-proxy the client is the last entry of any
+// sender's header, the one the proxy in front appended.
+func (p proxyTrust) clientAddr(r *http.Request) netip.Addr {
+	peer := remoteAddr(r)
+	if !p.any && (len(p.list) == 0 || !p.listed(peer)) {
+		return peer
+	}
+	lines := r.Header.Values("X-Forwarded-For")
+	if len(lines) == 0 {
+		return peer
+	}
+	var first netip.Addr
+	for i := len(lines) - 1; i >= 0; i-- {
+		line := lines[i]
+		for {
+			j := strings.LastIndexByte(line, ',')
+			a, ok := parseForwarded(line[j+1:])
+			if !ok {
+				return peer
 			}
-			last = strings.TrimSpace(last)
-			if a, err := netip.ParseAddr(last); err == nil {
+			if p.any || !p.listed(a) {
 				return a
 			}
-			// Some proxies append the client's port too: "1.2.3.4:5678",
-			// "[2001:db8::1]:5678".
-			if ap, err := netip.ParseAddrPort(last); err == nil {
-				return ap.Addr()
+			first = a
+			if j < 0 {
+				break
 			}
+			line = line[:j]
 		}
 	}
+	return first
+}
+
+// listed reports whether a is in --trusted-proxies.
+func (p proxyTrust) listed(a netip.Addr) bool {
+	a = a.Unmap().WithZone("")
+	for _, pf := range p.list {
+		if pf.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseForwarded reads an X-Forwarded-For entry: an address, or one with
+// the port that some proxies append ("1.2.3.4:5678", "[2001:db8::1]:5678").
+func parseForwarded(s string) (netip.Addr, bool) {
+	s = strings.TrimSpace(s)
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a, true
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr(), true
+	}
+	return netip.Addr{}, false
+}
+
+// remoteAddr is the address of r's connection's peer.
+func remoteAddr(r *http.Request) netip.Addr {
 	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
 		return netip.Addr{}
 	}
 	return ap.Addr()
+}
+
+// parseTrustedProxies reads --trusted-proxies: addresses or CIDR ranges,
+// comma-separated; an address is a range of one.
+func parseTrustedProxies(list string) ([]netip.Prefix, error) {
+	if strings.TrimSpace(list) == "" {
+		return nil, nil
+	}
+	var out []netip.Prefix
+	for _, e := range strings.Split(list, ",") {
+		e = strings.TrimSpace(e)
+		if e == "" {
+			return nil, errors.New("an empty entry")
+		}
+		if strings.Contains(e, "/") {
+			pf, err := netip.ParsePrefix(e)
+			if err != nil {
+				return nil, fmt.Errorf("%q is not an address or a CIDR range", e)
+			}
+			if pf.Addr().Is4In6() && pf.Bits() >= 96 {
+				pf = netip.PrefixFrom(pf.Addr().Unmap(), pf.Bits()-96)
+			}
+			out = append(out, pf.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(e)
+		if err != nil || a.Zone() != "" {
+			return nil, fmt.Errorf("%q is not an address or a CIDR range", e)
+		}
+		a = a.Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
 }
 
 // setHeaders writes d as X-RateLimit-*, the RateLimit-Policy and RateLimit

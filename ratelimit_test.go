@@ -260,6 +260,9 @@ func TestKeylessRequestsLimitedByAddress(t *testing.T) {
 	}
 
 	proxied := startServer(t, "--anon-rpm", "2", "--trust-proxy")
+	if !strings.Contains(proxied.stderr.String(), `level=WARN msg="--trust-proxy believes X-Forwarded-For from any sender`) {
+		t.Errorf("no start-up WARN about --trust-proxy:\n%s", proxied.stderr.String())
+	}
 	for _, xff := range []string{"198.51.100.1", "203.0.113.9, 198.51.100.2", "2001:db8::1"} {
 		for i := range 3 {
 			r := proxied.do(t, "GET", "/v1/categories", "", "", "X-Forwarded-For", xff)
@@ -272,6 +275,60 @@ func TestKeylessRequestsLimitedByAddress(t *testing.T) {
 	}
 	// The same /64 is one client.
 	wantError(t, proxied.do(t, "GET", "/v1/categories", "", "", "X-Forwarded-For", "2001:db8::2"), 429, "rate_limited")
+}
+
+// TestTrustedProxies is the attack of issue 34 and its answer: a client
+// that reaches the server directly and sends a new X-Forwarded-For with
+// each request is still counted by its own address, and only a listed
+// proxy's header is believed (--trusted-proxies, DECISIONS.md section 17).
+// The test's clients dial from 127.0.0.1 (listed) and 127.0.0.2 (not).
+func TestTrustedProxies(t *testing.T) {
+	ts := startServer(t, "--anon-rpm", "2", "--trusted-proxies", "127.0.0.1, 192.0.2.0/24")
+	get := func(c *http.Client, xff string) int {
+		t.Helper()
+		req, err := http.NewRequest("GET", ts.base+"/v1/categories", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Forwarded-For", xff)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+
+	// From the listed proxy, each forwarded client has its own bucket, the
+	// one behind a second listed proxy too.
+	proxy := clientFrom(t, "127.0.0.1")
+	for i := range 100 {
+		xff := fmt.Sprintf("198.51.100.%d", i)
+		if i%2 == 1 {
+			xff += ", 192.0.2.7" // through a second proxy of ours
+		}
+		for j := range 2 {
+			if got := get(proxy, xff); got != 401 {
+				t.Fatalf("client %d, request %d through the proxy: %d, want 401", i, j+1, got)
+			}
+		}
+	}
+	if got := get(proxy, "203.0.113.1, 198.51.100.1"); got != 429 {
+		t.Errorf("a forwarded client's third request: %d, want 429", got)
+	}
+
+	// From a sender not listed, X-Forwarded-For is ignored: 100 requests
+	// with a different one each are one client's, 2 allowed (a third if
+	// the bucket refilled meanwhile, 30 s on), the rest 429.
+	direct := clientFrom(t, "127.0.0.2")
+	counts := map[int]int{}
+	for i := range 100 {
+		counts[get(direct, fmt.Sprintf("198.51.100.%d", 200+i%50))]++
+	}
+	if counts[401] < 2 || counts[401] > 3 || counts[429] != 100-counts[401] {
+		t.Errorf("100 requests with a new X-Forwarded-For each from a sender not listed: %v, want 2 x 401 and 98 x 429", counts)
+	}
 }
 
 func TestEveryV1ResponseCarriesLimitHeaders(t *testing.T) {

@@ -35,11 +35,11 @@ func apiRoutes(store Store, idem *idempotency, cfg serveConfig) []route {
 
 // newServer returns the whole API: the routes behind the middleware.
 // certs is nil without HTTPS.
-func newServer(logger *slog.Logger, reqLog *requestLog, store Store, idem *idempotency, keys *keyring, lim rateLimiter, m *serverMetrics, cfg serveConfig, certs certSource) http.Handler {
+func newServer(logger *slog.Logger, reqLog *requestLog, store Store, ready *readiness, idem *idempotency, keys *keyring, lim rateLimiter, m *serverMetrics, cfg serveConfig, certs certSource) http.Handler {
 	api := apiRoutes(store, idem, cfg)
 	routes := append(api,
 		route{"GET /healthz", handleHealth(cfg.env)},
-		route{"GET /readyz", handleReady(store, lim, certs)})
+		route{"GET /readyz", handleReady(ready, lim, certs)})
 	routes = append(routes, docsRoutes()...)
 	rt := newRouter(routes)
 	return chain(rt,
@@ -49,17 +49,17 @@ func newServer(logger *slog.Logger, reqLog *requestLog, store Store, idem *idemp
 		withCORS(cfg.cors, api),            // answers preflights of the API's methods: before the key and the limiter
 		areaHeaders(cfg.petsDeprecation()), // before the limiter: a 429 carries them too
 		authenticate(keys),                 // resolves the key once; refuses nothing
-		limitRequests(lim, cfg.trustProxy, cfg.banHold, m, rt.routeOf), // before routing: a 429 comes even on an unknown path
+		limitRequests(lim, cfg.proxies(), cfg.banHold, m, rt.routeOf), // before routing: a 429 comes even on an unknown path
 	) // then the router (404, 405), then requireKey on each route that needs it (401)
 }
 
 // newAdminServer returns what the admin listener serves: metrics and the
 // health checks, never the API.
-func newAdminServer(store Store, lim rateLimiter, m *serverMetrics, cfg serveConfig, certs certSource) http.Handler {
+func newAdminServer(ready *readiness, lim rateLimiter, m *serverMetrics, cfg serveConfig, certs certSource) http.Handler {
 	return chain(newRouter([]route{
 		{"GET /metrics", handleMetrics(m)},
 		{"GET /healthz", handleHealth(cfg.env)},
-		{"GET /readyz", handleReady(store, lim, certs)},
+		{"GET /readyz", handleReady(ready, lim, certs)},
 	}), withRequestID) // every answer has an id, and nosniff
 }
 

@@ -191,6 +191,19 @@ type storeOptions struct {
 	maxConns int
 }
 
+// storeWrapKey carries a test's wrapper of serve's store (one that counts
+// its reads, say) into serve through run's context, as clockKey carries a
+// clock; main never sets one.
+type storeWrapKey struct{}
+
+// wrapStore returns store wrapped by the wrapper that ctx carries, if any.
+func wrapStore(ctx context.Context, store Store) Store {
+	if wrap, ok := ctx.Value(storeWrapKey{}).(func(Store) Store); ok {
+		return wrap(store)
+	}
+	return store
+}
+
 // openStore opens the database that db names: a PostgreSQL URL
 // (openPostgres) or the path of a SQLite file (openSQLite).
 func openStore(ctx context.Context, db string, o storeOptions) (Store, error) {

@@ -58,11 +58,26 @@ func newCertSource(ctx context.Context, cfg serveConfig, store Store, logger *sl
 // maxStreams bounds the concurrent HTTP/2 streams of a connection.
 const maxStreams = 100
 
+// tls12Suites are the suites TLS 1.2 offers (DECISIONS.md section 17):
+// ECDHE with an AEAD cipher, for ECDSA and RSA certificates, as Mozilla's
+// "intermediate" profile (which adds DHE suites Go does not implement).
+// No CBC suite: they are where TLS 1.2's padding-oracle attacks live, and
+// HTTP/2 forbids them. TLS 1.3's suites are Go's, not configurable.
+var tls12Suites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
 // useTLS makes srv serve HTTPS with certs: HTTP/2 (at most maxStreams
-// streams a connection) and HTTP/1.1, TLS 1.2 at least.
+// streams a connection) and HTTP/1.1, TLS 1.2 at least, with tls12Suites.
 func useTLS(srv *http.Server, certs certSource) {
 	srv.TLSConfig = &tls.Config{
 		MinVersion:     tls.VersionTLS12,
+		CipherSuites:   tls12Suites,
 		GetCertificate: certs.getCertificate,
 		NextProtos:     append([]string{"h2", "http/1.1"}, certs.nextProtos()...),
 	}

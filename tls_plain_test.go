@@ -560,7 +560,7 @@ func TestReadyWaitsForCertificate(t *testing.T) {
 	store := testStore(t, filepath.Join(t.TempDir(), "ready.db"), true)
 	lim := newLimiter(limiterConfig{Now: time.Now})
 	certs := &waitingCerts{why: "no answer yet from https://acme.example/directory: connection refused"}
-	h := handleReady(store, lim, certs)
+	h := handleReady(newReadiness(store, time.Now), lim, certs)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
 	r := response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}

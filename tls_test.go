@@ -8,9 +8,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -96,6 +98,12 @@ func (ca *testCA) issueUntil(t testing.TB, notAfter time.Time) testPair {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ca.issueFor(t, notAfter, key)
+}
+
+// issueFor is issueUntil for a key of the test's (RSA, say).
+func (ca *testCA) issueFor(t testing.TB, notAfter time.Time, key crypto.Signer) testPair {
+	t.Helper()
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 64))
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +118,7 @@ func (ca *testCA) issueUntil(t testing.TB, notAfter time.Time) testPair {
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,6 +331,92 @@ func TestTLSMaxConcurrentStreams(t *testing.T) {
 	}
 	if v, ok := sf.Value(http2.SettingMaxConcurrentStreams); !ok || v != 100 {
 		t.Errorf("SETTINGS_MAX_CONCURRENT_STREAMS = %d (sent: %v), want 100", v, ok)
+	}
+}
+
+// TestTLSOffersOnlyAEADSuites checks the suites of DECISIONS.md section
+// 17: over TLS 1.2 only ECDHE with AES-GCM or ChaCha20-Poly1305, for an
+// ECDSA and an RSA certificate alike; a client that offers nothing else
+// (a CBC suite, say) is refused, and TLS 1.3 is Go's.
+func TestTLSOffersOnlyAEADSuites(t *testing.T) {
+	ca := newTestCA(t)
+	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecdsaKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kt := range []struct {
+		name      string
+		key       crypto.Signer
+		aead, cbc []uint16
+	}{
+		{"ECDSA", ecdsaKey,
+			[]uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256},
+			[]uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA}},
+		{"RSA", rsaKey,
+			[]uint16{tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384, tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256},
+			[]uint16{tls.TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA, tls.TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA}},
+	} {
+		t.Run(kt.name, func(t *testing.T) {
+			pair := ca.issueFor(t, time.Now().Add(12*time.Hour).Truncate(time.Second), kt.key)
+			dir := t.TempDir()
+			certFile, keyFile := filepath.Join(dir, "fullchain.pem"), filepath.Join(dir, "privkey.pem")
+			writeFile(t, certFile, pair.chain)
+			writeFile(t, keyFile, pair.key)
+			db := testDB(t)
+			ts := startServerOn(t, db, createKey(t, db, "--plan", "free"), "--tls-cert", certFile, "--tls-key", keyFile)
+			addr := strings.TrimPrefix(ts.base, "https://")
+			dial := func(cfg *tls.Config) (tls.ConnectionState, error) {
+				cfg.RootCAs = ca.pool
+				c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg)
+				if err != nil {
+					return tls.ConnectionState{}, err
+				}
+				defer c.Close()
+				return c.ConnectionState(), nil
+			}
+			for _, s := range kt.cbc {
+				if st, err := dial(&tls.Config{MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{s}}); err == nil {
+					t.Errorf("a TLS 1.2 client offering only %s was served (%s)", tls.CipherSuiteName(s), tls.CipherSuiteName(st.CipherSuite))
+				}
+			}
+			for _, s := range kt.aead {
+				st, err := dial(&tls.Config{MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{s}})
+				if err != nil || st.Version != tls.VersionTLS12 || st.CipherSuite != s {
+					t.Errorf("a TLS 1.2 client offering only %s: %v (version %x, suite %s)", tls.CipherSuiteName(s), err, st.Version, tls.CipherSuiteName(st.CipherSuite))
+				}
+			}
+			// Whole requests over TLS 1.2 with an AEAD suite (h2 and
+			// HTTP/1.1) and over TLS 1.3.
+			for _, c := range []struct {
+				cfg   *tls.Config
+				proto string
+			}{
+				{&tls.Config{MaxVersion: tls.VersionTLS12, CipherSuites: kt.aead[:1]}, "h2"},
+				{&tls.Config{MaxVersion: tls.VersionTLS12, CipherSuites: kt.aead[2:]}, "http/1.1"},
+				{&tls.Config{MinVersion: tls.VersionTLS13}, "h2"},
+			} {
+				tr := transportOver(ca.pool, c.proto)
+				c.cfg.RootCAs = ca.pool
+				tr.TLSClientConfig = c.cfg
+				resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get(ts.base + "/healthz")
+				if err != nil {
+					t.Errorf("GET /healthz over %s with %+v: %v", c.proto, c.cfg.CipherSuites, err)
+					continue
+				}
+				resp.Body.Close()
+				tr.CloseIdleConnections()
+				if resp.StatusCode != 200 || resp.TLS == nil || resp.TLS.Version != c.cfg.MaxVersion && c.cfg.MaxVersion != 0 {
+					t.Errorf("GET /healthz over %s: %d (%s)", c.proto, resp.StatusCode, resp.Proto)
+				}
+				if c.cfg.MinVersion == tls.VersionTLS13 && resp.TLS.Version != tls.VersionTLS13 {
+					t.Errorf("a TLS 1.3 client got version %x", resp.TLS.Version)
+				}
+			}
+		})
 	}
 }
 
@@ -636,6 +730,9 @@ func TestTLSUsage(t *testing.T) {
 		{"acme directory over http", acme("api.example.com", "--acme-directory", "http://ca.example.com/dir"), nil, "https:// URL"},
 		{"acme email of two addresses", acme("api.example.com", "--acme-email", "a@example.com,b@example.com"), nil, "--acme-email"},
 		{"acme email without @", acme("api.example.com", "--acme-email", "ops"), nil, "--acme-email"},
+		{"trust-proxy with a certificate", append(pair, "--trust-proxy"), nil, "--trust-proxy goes with a proxy in front"},
+		{"trust-proxy with acme", acme("api.example.com", "--trust-proxy"), nil, "--trust-proxy goes with a proxy in front"},
+		{"PETSTORE_TRUST_PROXY with a certificate", pair, map[string]string{"PETSTORE_TRUST_PROXY": "true"}, "--trust-proxy goes with a proxy in front"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
