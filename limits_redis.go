@@ -154,6 +154,13 @@ func newRedisLimiter(ctx context.Context, o redisOptions, local *limiter, log *s
 	}
 	opt.DisableCache = true // no client-side caching: every state changes on every call
 	opt.Dialer.Timeout = max(time.Second, o.timeout)
+	opt.Dialer.KeepAlive = rueidis.DefaultTCPKeepAlive
+	// Through Sentinel, the Sentinels are dialled with a dialer of their
+	// own: without the timeout, one whose host is gone would hold the
+	// start, or the search for a new master, for the system's two minutes.
+	// Their user and password stay empty: the URL's are the master's.
+	opt.Sentinel.Dialer = opt.Dialer
+	opt.Sentinel.ClientName = "petstore"
 	// Redis that stalls is given up on by the request's timeout; this
 	// closes the connection too, so that a new one is made.
 	opt.ConnWriteTimeout = max(2*time.Second, 10*o.timeout)

@@ -1,15 +1,17 @@
 package main
 
 // Server-level tests of serve --redis through Redis Sentinel (DECISIONS.md
-// section 19): a master, its replica and Sentinels of the test's own
+// section 19): a master, its replica and a Sentinel of the test's own
 // (rmStartRedis, rmStartSentinels), never the machine's Redis. They need
 // PETSTORE_TEST_REDIS, and the failover PETSTORE_TEST_POSTGRES too (two
 // instances on one database), and skip without them.
 
 import (
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -212,4 +214,75 @@ func rsFailover(t *testing.T, base string, n int, killFirst bool) {
 	t.Logf("%d requests, %d between the kill and the promotion, the slowest %v; promoted %v after the kill; both instances on the new master %v after the promotion, limits shown exact %v after it",
 		len(hits), during, slowest.Round(time.Millisecond), promotedAt.Sub(killedAt).Round(time.Millisecond),
 		back.Round(time.Millisecond), exactAt.Round(time.Millisecond))
+}
+
+// rsSilentListener returns the address of a loopback port that never
+// completes a connection: a listener with a backlog of 0, never accepting,
+// whose queue one connection fills. Later connects get no answer, as from
+// a host that is gone (its SYNs dropped), until the test ends.
+func rsSilentListener(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
+	fill, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fill.Close() })
+	if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+		c.Close()
+		t.Fatalf("a connect to the full listener %s succeeded: it would not stand for a host that is gone", addr)
+	}
+	return addr
+}
+
+// TestRedisSentinelThatDoesNotAnswer lists first a Sentinel whose host
+// does not answer (no reset: its connects hang), then a working one. The
+// instance must give up on the first after its dial timeout (a second)
+// and start with its limits in Redis through the second, not wait for the
+// operating system's connect timeout of two minutes.
+func TestRedisSentinelThatDoesNotAnswer(t *testing.T) {
+	t.Parallel()
+	needRedis(t)
+	const name = "petstore-test"
+	master := rmStartRedis(t)
+	sentinel := rmStartSentinels(t, 1, name, master, "")[0]
+	silent := rsSilentListener(t)
+	db := testDB(t)
+	key := pmBigKey(t, db)
+	start := time.Now()
+	// --redis-timeout 500ms: a dial timeout of 1 s (the larger of a second
+	// and --redis-timeout; the harness's 5 s would make it 5).
+	ts := pmStart(t, db, key, 1, "--redis", rsSentinelURL("", name, silent, sentinel.addr()), "--redis-prefix", "silent:", "--redis-timeout", "500ms")[0]
+	started := time.Since(start)
+	if started > 4*time.Second {
+		t.Errorf("the start took %v: the silent Sentinel's dial should have given up after a second", started.Round(time.Millisecond))
+	}
+	if status, body, err := rmReady(ts); err != nil || !rmReadyIs(status, body, "redis") {
+		t.Fatalf("/readyz after the start: %d %v %v, want limits in Redis", status, body, err)
+	}
+	for i := range 5 {
+		if h := rmRequest(ts, 0, key); h.err != nil || h.status != 200 {
+			t.Fatalf("request %d: %v", i, h)
+		}
+	}
+	if m := rmMetricsOf(t, ts); m["petstore_ratelimit_backend_up"] != 1 || m["petstore_redis_calls_total"] < 5 || m["petstore_redis_failures_total"] != 0 {
+		t.Errorf("backend_up %v, %v calls, %v failures; want every request through Redis",
+			m["petstore_ratelimit_backend_up"], m["petstore_redis_calls_total"], m["petstore_redis_failures_total"])
+	}
+	t.Logf("started in %v with the first Sentinel silent", started.Round(time.Millisecond))
 }
