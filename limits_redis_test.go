@@ -424,7 +424,16 @@ func TestRedisRefusalStopsTheStart(t *testing.T) {
 	viaSentinel := func(password, name string) string {
 		return "redis://:" + password + "@" + sentinel.addr() + "/1?master_set=" + name
 	}
-	secrets := []string{pw, userPW, wrongPW}
+	// And one that wants a password of its own, which petstore does not
+	// send (the URL's is the master's): out of scope, and said at once.
+	// Another name for rs, so that the two do not learn of each other:
+	// petstore would ask the other too.
+	const sentinelPW = "S3ntinel-own-pw"
+	locked := rmStartSentinels(t, 1, "petstore-locked", rs, pw)[0]
+	if err := locked.client.Do(ctx, locked.client.B().Arbitrary("ACL", "SETUSER").Args("default", "resetpass", ">"+sentinelPW).Build()).Error(); err != nil {
+		t.Fatalf("ACL SETUSER on the Sentinel: %v", err)
+	}
+	secrets := []string{pw, userPW, wrongPW, sentinelPW}
 	for _, tc := range []struct {
 		name, url string
 		want      string // in the one line; "" starts and serves
@@ -439,6 +448,7 @@ func TestRedisRefusalStopsTheStart(t *testing.T) {
 		{"sentinel, no such master set", viaSentinel(pw, "nosuch"), `the Sentinels know no master named "nosuch"`, ""},
 		{"sentinel, wrong password", viaSentinel(wrongPW, "petstore-test"), "WRONGPASS", ""},
 		{"sentinel, the right ones", viaSentinel(pw, "petstore-test"), "", "redis"},
+		{"sentinel with a password", "redis://:" + pw + "@" + locked.addr() + "/1?master_set=petstore-locked", "NOAUTH", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := filepath.Join(t.TempDir(), "petstore.db")
