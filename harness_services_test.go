@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -194,6 +195,7 @@ type rmRedis struct {
 	port  int
 	dir   string
 	out   *syncBuffer
+	conf  string   // a sentinel's configuration file; "" for a plain Redis
 	extra []string // configuration beyond rmStartRedis's own
 	cmd   *exec.Cmd
 	done  chan struct{}
@@ -204,6 +206,14 @@ type rmRedis struct {
 // "pw"), and kills it when the test ends. Without redis-server in PATH the
 // test skips, but fails when PETSTORE_TEST_REDIS says Redis is there.
 func rmStartRedis(t *testing.T, extra ...string) *rmRedis {
+	t.Helper()
+	return rmStartRedisConf(t, "", extra...)
+}
+
+// rmStartRedisConf is rmStartRedis with a Sentinel's configuration file
+// (rmStartSentinels'): with one, the server runs as a Sentinel, which
+// rewrites the file as it learns; "" starts a plain Redis.
+func rmStartRedisConf(t *testing.T, conf string, extra ...string) *rmRedis {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil && os.Getenv(redisEnv) != "" {
@@ -218,7 +228,7 @@ func rmStartRedis(t *testing.T, extra ...string) *rmRedis {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	s := &rmRedis{t: t, bin: bin, port: port, dir: t.TempDir(), out: &syncBuffer{}, extra: extra}
+	s := &rmRedis{t: t, bin: bin, port: port, dir: t.TempDir(), out: &syncBuffer{}, conf: conf, extra: extra}
 	t.Cleanup(func() {
 		s.kill()
 		if t.Failed() {
@@ -236,8 +246,11 @@ func (s *rmRedis) url() string { return "redis://" + s.addr() }
 // start starts redis-server, empty, and waits until it answers PING.
 func (s *rmRedis) start() {
 	s.t.Helper()
-	cmd := exec.Command(s.bin, append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir}, s.extra...)...)
+	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", s.dir}
+	if s.conf != "" {
+		args = append([]string{s.conf, "--sentinel"}, args...)
+	}
+	cmd := exec.Command(s.bin, append(args, s.extra...)...)
 	cmd.Stdout, cmd.Stderr = s.out, s.out
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("start redis-server: %v", err)
@@ -297,6 +310,108 @@ func rmPing(addr string) error {
 		return fmt.Errorf("PING answered %q", b)
 	}
 	return nil
+}
+
+// rmSentinel is a Redis Sentinel of the test's own (redis-server
+// --sentinel) that watches one master under a name.
+type rmSentinel struct {
+	*rmRedis
+	name   string
+	client rueidis.Client
+}
+
+// rmStartSentinels starts n Sentinels on free loopback ports that watch
+// master as name, with a quorum of a majority of them, and password the
+// master's and its replicas' ("" for none). They call a master down after
+// a second without an answer (Sentinel's default is 30 s; less risks a
+// failover that no kill caused on a busy machine). It waits until each
+// Sentinel knows the others and sees each of replicas connected to the
+// master, and kills them when the test ends.
+func rmStartSentinels(t *testing.T, n int, name string, master *rmRedis, password string, replicas ...*rmRedis) []*rmSentinel {
+	t.Helper()
+	conf := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d %d\n"+
+		"sentinel down-after-milliseconds %[1]s 1000\n"+
+		"sentinel failover-timeout %[1]s 5000\n", name, master.port, n/2+1)
+	if password != "" {
+		conf += fmt.Sprintf("sentinel auth-pass %s %s\n", name, password)
+	}
+	var all []*rmSentinel
+	for range n {
+		file := filepath.Join(t.TempDir(), "sentinel.conf")
+		if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s := &rmSentinel{rmRedis: rmStartRedisConf(t, file), name: name}
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.addr()}, ForceSingleClient: true, DisableCache: true})
+		if err != nil {
+			t.Fatalf("Sentinel on port %d: %v", s.port, err)
+		}
+		t.Cleanup(c.Close)
+		s.client = c
+		all = append(all, s)
+	}
+	// Sentinels find each other through the master, every 2 s.
+	for _, s := range all {
+		var seen []map[string]string
+		if took, ok := rmWaitFor(10*time.Second, func() bool {
+			seen = s.replicas()
+			for _, r := range replicas {
+				if !slices.ContainsFunc(seen, func(m map[string]string) bool {
+					return m["port"] == strconv.Itoa(r.port) && m["flags"] == "slave" && m["master-link-status"] == "ok"
+				}) {
+					return false
+				}
+			}
+			return s.others() == n-1
+		}); !ok {
+			t.Fatalf("the Sentinel on port %d knows %d others and sees the replicas as %v, %v after its start:\n%s",
+				s.port, s.others(), seen, took.Round(time.Millisecond), s.out.String())
+		}
+	}
+	return all
+}
+
+// others returns how many other Sentinels the Sentinel knows (SENTINEL
+// SENTINELS), -1 when it does not answer.
+func (s *rmSentinel) others() int {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	v, err := s.client.Do(ctx, s.client.B().SentinelSentinels().Master(s.name).Build()).ToArray()
+	if err != nil {
+		return -1
+	}
+	return len(v)
+}
+
+// replicas returns what the Sentinel knows of the master's replicas
+// (SENTINEL REPLICAS), nil when it does not answer.
+func (s *rmSentinel) replicas() []map[string]string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	v, err := s.client.Do(ctx, s.client.B().SentinelReplicas().Master(s.name).Build()).ToArray()
+	if err != nil {
+		return nil
+	}
+	var all []map[string]string
+	for _, r := range v {
+		if m, err := r.AsStrMap(); err == nil {
+			all = append(all, m)
+		}
+	}
+	return all
+}
+
+// master returns the port of the master that the Sentinel names
+// (SENTINEL GET-MASTER-ADDR-BY-NAME), 0 when it does not answer.
+func (s *rmSentinel) master() int {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	v, err := s.client.Do(ctx, s.client.B().SentinelGetMasterAddrByName().Master(s.name).Build()).AsStrSlice()
+	if err != nil || len(v) != 2 {
+		return 0
+	}
+	port, _ := strconv.Atoi(v[1])
+	return port
 }
 
 // pmPropagation is how late DECISIONS.md section 8 allows new and revoked

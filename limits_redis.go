@@ -95,6 +95,17 @@ func parseRedisURL(s string) (rueidis.ClientOption, error) {
 	if err != nil {
 		return opt, errors.New("--redis: " + strings.TrimPrefix(withoutPassword(err.Error(), u), "redis: "))
 	}
+	// Through Sentinel the host and addr= are the Sentinels, asked over
+	// plain TCP without credentials; rueidis would take rediss:// as TLS
+	// to the master checked against the first Sentinel's host name.
+	if u.Query().Has("master_set") {
+		if opt.Sentinel.MasterSet == "" {
+			return opt, errors.New("--redis: master_set is empty: name the master the Sentinels watch (redis://sentinel:26379/0?master_set=NAME)")
+		}
+		if opt.TLSConfig != nil {
+			return opt, errors.New("--redis: rediss:// with master_set is not supported: petstore reaches Sentinel and the master it names over plain TCP (redis://)")
+		}
+	}
 	return opt, nil
 }
 
@@ -114,11 +125,16 @@ func redisPrefixOf(ctx context.Context, flag string, deploymentID func(context.C
 
 // redisRefusals begin the errors with which Redis refuses a client for
 // good: who it is (NOAUTH, WRONGPASS, and Redis 5's "invalid password"),
-// what it may run (NOPERM), or the database number, which this Redis lacks.
-// No retry cures them: at start they stop the start. (rueidis drops the
-// "ERR " of Redis's "ERR DB index is out of range".)
+// what it may run (NOPERM), or the database number, which this Redis lacks;
+// or Sentinel its master set name (sentinelNoMaster). No retry cures them:
+// at start they stop the start. (rueidis drops the "ERR " of Redis's "ERR
+// DB index is out of range".)
 var redisRefusals = []string{"NOAUTH", "WRONGPASS", "NOPERM", "DB index is out of range", "invalid password",
-	"ERR DB index is out of range", "ERR invalid password"}
+	"ERR DB index is out of range", "ERR invalid password", sentinelNoMaster, "ERR " + sentinelNoMaster}
+
+// sentinelNoMaster is Sentinel's answer to a master set name it does not
+// watch (the last Sentinel asked, when each was).
+const sentinelNoMaster = "No such master with that name"
 
 // isRedisRefusal reports whether err is one of redisRefusals. The
 // handshake's errors (HELLO, AUTH, SELECT) are Redis's own; a refused
@@ -158,6 +174,13 @@ func newRedisLimiter(ctx context.Context, o redisOptions, local *limiter, log *s
 	}
 	opt.DisableCache = true // no client-side caching: every state changes on every call
 	opt.Dialer.Timeout = max(time.Second, o.timeout)
+	opt.Dialer.KeepAlive = rueidis.DefaultTCPKeepAlive
+	// Through Sentinel, the Sentinels are dialled with a dialer of their
+	// own: without the timeout, one whose host is gone would hold the
+	// start, or the search for a new master, for the system's two minutes.
+	// Their user and password stay empty: the URL's are the master's.
+	opt.Sentinel.Dialer = opt.Dialer
+	opt.Sentinel.ClientName = "petstore"
 	// Redis that stalls is given up on by the request's timeout; this
 	// closes the connection too, so that a new one is made.
 	opt.ConnWriteTimeout = max(2*time.Second, 10*o.timeout)
@@ -168,6 +191,9 @@ func newRedisLimiter(ctx context.Context, o redisOptions, local *limiter, log *s
 		if isRedisRefusal(err) {
 			r.close()
 			msg, _, _ := strings.Cut(err.Error(), "\n")
+			if strings.Contains(msg, sentinelNoMaster) {
+				msg = fmt.Sprintf("the Sentinels know no master named %q (%s)", opt.Sentinel.MasterSet, msg)
+			}
 			return nil, fmt.Errorf("redis %s refused this instance: %s", redactDB(o.url), withoutPassword(msg, u))
 		}
 		r.log.Warn("redis does not answer; rate limits are local to this instance until it does", "redis", redactDB(o.url), "err", err)

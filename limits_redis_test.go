@@ -388,9 +388,11 @@ func TestRedisDefaultPrefixKeepsDeploymentsApart(t *testing.T) {
 // TestRedisRefusalStopsTheStart starts serve on a Redis of its own that
 // refuses it for good: without the password, with a wrong one, as a user
 // that may not run the script, on a database number Redis does not have.
-// Each exits 1 at once with one line naming the URL, its password masked;
-// the same Redis with the right password and database serves shared
-// limits, and a Redis that never answers falls back to local ones.
+// Through a Sentinel, a master set name it does not know and a wrong
+// password do the same. Each exits 1 at once with one line naming the
+// URL, its password masked; the same Redis with the right password and
+// database (and name) serves shared limits, and a Redis that never
+// answers falls back to local ones.
 func TestRedisRefusalStopsTheStart(t *testing.T) {
 	needRedis(t)
 	const pw, userPW, wrongPW = "s3cret-Redis-pw", "0ther-Redis-pw", "wr0ng-Redis-pw"
@@ -416,7 +418,22 @@ func TestRedisRefusalStopsTheStart(t *testing.T) {
 			defer c.Close()
 		}
 	}()
-	secrets := []string{pw, userPW, wrongPW}
+	// A Sentinel that names rs as the master "petstore-test": through it,
+	// the URL's password and database are the master's.
+	sentinel := rmStartSentinels(t, 1, "petstore-test", rs, pw)[0]
+	viaSentinel := func(password, name string) string {
+		return "redis://:" + password + "@" + sentinel.addr() + "/1?master_set=" + name
+	}
+	// And one that wants a password of its own, which petstore does not
+	// send (the URL's is the master's): out of scope, and said at once.
+	// Another name for rs, so that the two do not learn of each other:
+	// petstore would ask the other too.
+	const sentinelPW = "S3ntinel-own-pw"
+	locked := rmStartSentinels(t, 1, "petstore-locked", rs, pw)[0]
+	if err := locked.client.Do(ctx, locked.client.B().Arbitrary("ACL", "SETUSER").Args("default", "resetpass", ">"+sentinelPW).Build()).Error(); err != nil {
+		t.Fatalf("ACL SETUSER on the Sentinel: %v", err)
+	}
+	secrets := []string{pw, userPW, wrongPW, sentinelPW}
 	for _, tc := range []struct {
 		name, url string
 		want      string // in the one line; "" starts and serves
@@ -428,6 +445,10 @@ func TestRedisRefusalStopsTheStart(t *testing.T) {
 		{"no such database", "redis://:" + pw + "@" + rs.addr() + "/99", "DB index is out of range", ""},
 		{"the right ones", "redis://:" + pw + "@" + rs.addr() + "/1", "", "redis"},
 		{"silent", "redis://:" + pw + "@" + silent.Addr().String() + "/1", "", "local"},
+		{"sentinel, no such master set", viaSentinel(pw, "nosuch"), `the Sentinels know no master named "nosuch"`, ""},
+		{"sentinel, wrong password", viaSentinel(wrongPW, "petstore-test"), "WRONGPASS", ""},
+		{"sentinel, the right ones", viaSentinel(pw, "petstore-test"), "", "redis"},
+		{"sentinel with a password", "redis://:" + pw + "@" + locked.addr() + "/1?master_set=petstore-locked", "NOAUTH", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := filepath.Join(t.TempDir(), "petstore.db")
