@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -53,6 +54,14 @@ type serveConfig struct {
 	idempotencyTTL   time.Duration
 	corsOrigins      string     // --cors-origins as given
 	cors             corsPolicy // what validate made of it
+
+	// Connections (listeners_caps.go): --max-conns-per-addr (0: no cap),
+	// --max-conns (when not given, serve lowers it to autoMaxConns), and
+	// the proxies exempt from the cap per address (--trusted-proxies).
+	maxConnsPerAddr int
+	maxConns        int
+	maxConnsSet     bool
+	trustedProxies  []netip.Prefix
 
 	busyTimeout       time.Duration
 	shutdownTimeout   time.Duration
@@ -105,6 +114,10 @@ func (cfg *serveConfig) validate() error {
 	case cfg.readHeaderTimeout <= 0, cfg.readTimeout <= 0, cfg.writeTimeout <= 0, cfg.idleTimeout <= 0:
 		return usagef("--read-header-timeout, --read-timeout, --write-timeout and --idle-timeout must be positive, got %v, %v, %v, %v",
 			cfg.readHeaderTimeout, cfg.readTimeout, cfg.writeTimeout, cfg.idleTimeout)
+	case cfg.maxConnsPerAddr < 0:
+		return usagef("--max-conns-per-addr must be 0 (no cap) or more, got %d", cfg.maxConnsPerAddr)
+	case cfg.maxConns < 1:
+		return usagef("--max-conns must be at least 1, got %d", cfg.maxConns)
 	case cfg.idempotencyTTL < time.Minute:
 		return usagef("--idempotency-ttl must be at least 1m, got %v", cfg.idempotencyTTL)
 	case cfg.redisTimeout < time.Millisecond:
@@ -180,6 +193,8 @@ func parseServe(args []string, getenv func(string) string, stdout io.Writer) (se
 	fs.DurationVar(&cfg.readTimeout, "read-timeout", 30*time.Second, "how long a client may take to send a whole request, a `DURATION`")
 	fs.DurationVar(&cfg.writeTimeout, "write-timeout", 60*time.Second, "how long writing a response may take, a `DURATION`")
 	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle keep-alive connection stays open, a `DURATION`")
+	fs.IntVar(&cfg.maxConnsPerAddr, "max-conns-per-addr", defaultMaxConnsPerAddr, "connections one client address (an IPv6 /64) may hold open on the API and plain listeners together, `N`; 0: no cap (a TCP load balancer in front)")
+	fs.IntVar(&cfg.maxConns, "max-conns", defaultMaxConnsTotal, "connections the API and plain listeners hold open in all, `N`; by default lowered to 80% of the open-file limit less the database's and Redis's files")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format, `"+strings.Join(logFormats, "|")+"`")
 	cfg.logLevel = slog.LevelInfo
 	fs.Var(levelFlag{&cfg.logLevel}, "log-level", "log level, `"+strings.Join(logLevelNames(), "|")+"`")
@@ -187,6 +202,7 @@ func parseServe(args []string, getenv func(string) string, stdout io.Writer) (se
 		return serveConfig{}, err
 	}
 	fs.Visit(func(f *flag.Flag) { cfg.publicURLSet = cfg.publicURLSet || f.Name == "public-url" })
+	fs.Visit(func(f *flag.Flag) { cfg.maxConnsSet = cfg.maxConnsSet || f.Name == "max-conns" })
 	return cfg, cfg.validate()
 }
 
