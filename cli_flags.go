@@ -30,6 +30,8 @@ var flagBounds = map[string]flagBound{
 	"ban-duration":        {min: int64(time.Second)},
 	"ban-hold":            {min: 0, max: int64(maxBanHold)},
 	"db-max-conns":        {min: 1},
+	"max-conns-per-addr":  {min: 0},
+	"max-conns":           {min: 1},
 	"busy-timeout":        {min: int64(time.Millisecond)},
 	"redis-timeout":       {min: int64(time.Millisecond)},
 	"idempotency-ttl":     {min: int64(time.Minute)},

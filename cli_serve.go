@@ -57,6 +57,13 @@ type serveConfig struct {
 	corsOrigins      string     // --cors-origins as given
 	cors             corsPolicy // what validate made of it
 
+	// Connections (listeners_caps.go): --max-conns-per-addr (0: no cap),
+	// --max-conns (when not given, serve lowers it to autoMaxConns); the
+	// proxies exempt from the cap per address are trustedProxies.
+	maxConnsPerAddr int
+	maxConns        int
+	maxConnsSet     bool
+
 	busyTimeout       time.Duration
 	shutdownTimeout   time.Duration
 	readHeaderTimeout time.Duration
@@ -182,6 +189,8 @@ func parseServe(args []string, getenv func(string) string, stdout io.Writer) (se
 	fs.DurationVar(&cfg.readTimeout, "read-timeout", 30*time.Second, "how long a client may take to send a whole request, a `DURATION`")
 	fs.DurationVar(&cfg.writeTimeout, "write-timeout", 60*time.Second, "how long writing a response may take, a `DURATION`")
 	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle keep-alive connection stays open, a `DURATION`")
+	fs.IntVar(&cfg.maxConnsPerAddr, "max-conns-per-addr", defaultMaxConnsPerAddr, "connections one client address (an IPv6 /64) may hold open on the API and plain listeners together, `N`; 0: no cap (a TCP load balancer in front)")
+	fs.IntVar(&cfg.maxConns, "max-conns", defaultMaxConnsTotal, "connections the API and plain listeners hold open in all, `N`; by default lowered to 80% of the open-file limit less the database's and Redis's files")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format, `"+strings.Join(logFormats, "|")+"`")
 	cfg.logLevel = slog.LevelInfo
 	fs.Var(levelFlag{&cfg.logLevel}, "log-level", "log level, `"+strings.Join(logLevelNames(), "|")+"`")
@@ -189,6 +198,7 @@ func parseServe(args []string, getenv func(string) string, stdout io.Writer) (se
 		return serveConfig{}, err
 	}
 	fs.Visit(func(f *flag.Flag) { cfg.publicURLSet = cfg.publicURLSet || f.Name == "public-url" })
+	fs.Visit(func(f *flag.Flag) { cfg.maxConnsSet = cfg.maxConnsSet || f.Name == "max-conns" })
 	return cfg, cfg.validate()
 }
 

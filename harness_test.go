@@ -750,12 +750,14 @@ func dialerFrom(local string) *net.Dialer {
 	return &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}, Timeout: 5 * time.Second}
 }
 
-// clientFrom returns a plain HTTP client whose connections come from
-// local (dialerFrom).
-func clientFrom(t *testing.T, local string) *http.Client {
-	tr := &http.Transport{DialContext: dialerFrom(local).DialContext}
+// clientFrom returns an HTTP client whose connections come from local
+// (dialerFrom), speaking HTTPS with tlsConf (nil: the system's roots) and
+// following no redirect.
+func clientFrom(t *testing.T, local string, tlsConf *tls.Config) *http.Client {
+	tr := &http.Transport{DialContext: dialerFrom(local).DialContext, TLSClientConfig: tlsConf}
 	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
 // testClock is the tests' one injected clock, for a server (through

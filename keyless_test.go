@@ -112,7 +112,7 @@ func TestACMEChallengesAreBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		req.Host = name
-		resp, err := clientFrom(t, from).Do(req)
+		resp, err := clientFrom(t, from, nil).Do(req)
 		if err != nil {
 			t.Fatalf("GET a challenge from %s: %v", from, err)
 		}

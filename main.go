@@ -172,9 +172,15 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	reqLog.now = clockOf(ctx)
 	logs.beforeFlush = func(final bool) { reqLog.endSecond(reqLog.now(), final) }
 	ready := newReadiness(store, clockOf(ctx)) // /readyz's, on both listeners
+	// The caps on connections (DECISIONS.md section 17), kept at accept on
+	// the API and plain listeners.
+	caps := newConnCaps(cfg.maxConnsPerAddr, maxConnsOf(cfg, logger), inPrefixes(cfg.trustedProxies), cfg.readHeaderTimeout)
+	caps.onRefuse = reqLog.connRefused
+	caps.register(metrics.set)
 	api := newHTTPServer(newServer(logger, reqLog, store, ready, idem, keys, limits, metrics, cfg, certs), cfg, logger)
 	if certs != nil {
 		useTLS(api, certs)
+		api.HTTP2.CountError = metrics.http2Error
 		api.ErrorLog = tlsErrorLog(reqLog, metrics, logger) // failed handshakes: on the log budget, counted
 		metrics.servesTLS(certs, len(cfg.acmeDomains) > 0)
 		if a, ok := certs.(*acmeCerts); ok {
@@ -186,10 +192,12 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		}
 	}
 	servers := []*http.Server{api}
-	listeners := []net.Listener{&closeOnce{Listener: lns.api}}
+	listeners := []net.Listener{&closeOnce{Listener: caps.listen(lns.api, listenerAPI)}}
+	capped := []*http.Server{api}
 	if lns.http != nil {
-		servers = append(servers, newHTTPServer(plainHandler(cfg, certs, reqLog, metrics, logger), cfg, logger))
-		listeners = append(listeners, &closeOnce{Listener: lns.http})
+		plain := newHTTPServer(plainHandler(cfg, certs, reqLog, metrics, logger), cfg, logger)
+		servers, capped = append(servers, plain), append(capped, plain)
+		listeners = append(listeners, &closeOnce{Listener: caps.listen(lns.http, listenerPlain)})
 	}
 	if lns.admin != nil {
 		servers = append(servers, newHTTPServer(newAdminServer(ready, limits, metrics, cfg, certs), cfg, logger))
@@ -198,6 +206,9 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	var fresh newConns
 	for _, srv := range servers {
 		srv.ConnState = fresh.track
+	}
+	for _, srv := range capped {
+		caps.serve(srv)
 	}
 	if err := createFirstKey(ctx, store, keys, cfg.env, stderr); err != nil {
 		return err
@@ -260,6 +271,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	if cfg.redis != "" {
 		attrs = append(attrs, "redis", redactDB(cfg.redis), "redis_prefix", redisPrefix)
 	}
+	attrs = append(attrs, "max_conns", caps.total, "max_conns_per_addr", caps.perAddr)
 	logger.Info("listening", attrs...)
 	listening = true
 	logs.Flush()
@@ -276,6 +288,12 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	// before have their first request answered: Shutdown would drop it.
 	for _, ln := range listeners {
 		ln.Close()
+	}
+	// Connections silent for a second without a request hold no one's
+	// request (a stalled ClientHello, HTTP/2 without a stream): closed now,
+	// not waited for.
+	if n := caps.closeSilent(); n > 0 {
+		logger.Info("closed connections silent without a request", "count", n)
 	}
 	fresh.wait(shutdownCtx)
 	for _, srv := range servers {

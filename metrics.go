@@ -234,6 +234,11 @@ var families = map[string]family{
 	"petstore_tls_certificate_expiry_timestamp_seconds": {help: "When each served certificate expires (its NotAfter), in seconds since the Unix epoch, by name."},
 	"petstore_tls_handshake_errors_total":               {help: "TLS handshakes on the API listener that failed (plain HTTP, a bad or truncated ClientHello, a client refusing the certificate)."},
 	"petstore_acme_failures_total":                      {help: "Attempts to obtain or renew a certificate from the ACME CA that failed."},
+	"petstore_http2_errors_total":                       {help: "HTTP/2 protocol errors of clients that Go's server refused, by the type it reports."},
+	"petstore_connections_open":                         {help: "Connections open on the API and plain listeners, by listener (what --max-conns counts)."},
+	"petstore_connections_max":                          {help: "The cap on connections open on the API and plain listeners together (--max-conns, or its default)."},
+	"petstore_connections_refused_total":                {help: "Connections closed at accept, before any TLS, by listener and by the cap reached: max_conns_per_addr, max_conns."},
+	"petstore_connections_closed_total":                 {help: "Connections petstore closed without a request: http2_no_stream (no first stream within --read-header-timeout)."},
 
 	// The Go runtime's, from runtime/metrics and runtime.MemStats.
 	// Histograms from runtime/metrics, which keeps no sum: their _count is

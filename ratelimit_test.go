@@ -302,7 +302,7 @@ func TestTrustedProxies(t *testing.T) {
 
 	// From the listed proxy, each forwarded client has its own bucket, the
 	// one behind a second listed proxy too.
-	proxy := clientFrom(t, "127.0.0.1")
+	proxy := clientFrom(t, "127.0.0.1", nil)
 	for i := range 100 {
 		xff := fmt.Sprintf("198.51.100.%d", i)
 		if i%2 == 1 {
@@ -321,7 +321,7 @@ func TestTrustedProxies(t *testing.T) {
 	// From a sender not listed, X-Forwarded-For is ignored: 100 requests
 	// with a different one each are one client's, 2 allowed (a third if
 	// the bucket refilled meanwhile, 30 s on), the rest 429.
-	direct := clientFrom(t, "127.0.0.2")
+	direct := clientFrom(t, "127.0.0.2", nil)
 	counts := map[int]int{}
 	for i := range 100 {
 		counts[get(direct, fmt.Sprintf("198.51.100.%d", 200+i%50))]++

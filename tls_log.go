@@ -130,6 +130,15 @@ func (m *serverMetrics) servesTLS(certs certSource, acme bool) {
 	})
 }
 
+// http2Error counts an HTTP/2 error of Go's server by its type, for
+// http.HTTP2Config.CountError: a connection or stream it refused or
+// reset for breaking the protocol (frame_ping_has_stream, ...). The
+// types are a fixed set of net/http's, in lower case, digits and
+// underscores, so the label set stays bounded.
+func (m *serverMetrics) http2Error(errType string) {
+	m.set.GetOrCreateCounter(`petstore_http2_errors_total{type="` + errType + `"}`).Inc()
+}
+
 // handshakeFailed counts a failed TLS handshake.
 func (m *serverMetrics) handshakeFailed() { m.handshakeErrors.Add(1) }
 
