@@ -268,7 +268,7 @@ func writeP256Pair(tb testing.TB, dir string) (certFile, keyFile string) {
 // (X25519, as wrk offers) and one GET /healthz with a key over HTTP/1.1,
 // the connection closed after it. "petstore" is the API server as serve
 // composes it (newHTTPServer, useTLS, the handshake ErrorLog, the ConnState
-// tracking, ServeTLS); "bare" is net/http with the same tls.Config and a
+// tracking, the connection caps on its listener, ServeTLS); "bare" is net/http with the same tls.Config and a
 // handler writing the same body. The client's half is in both, so the
 // difference between the two is what petstore adds to a connection, in
 // ns/op and allocs/op.
@@ -286,23 +286,27 @@ func BenchmarkTLSConnection(b *testing.B) {
 	healthBody := []byte(`{"env":"production","status":"ok","version":"dev"}` + "\n")
 	servers := []struct {
 		name string
-		srv  func() *http.Server
+		srv  func(net.Listener) (*http.Server, net.Listener)
 	}{
-		{"bare", func() *http.Server {
+		{"bare", func(ln net.Listener) (*http.Server, net.Listener) {
 			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", "application/json")
 				w.Write(healthBody)
 			})}
 			useTLS(srv, certs)
-			return srv
+			return srv, ln
 		}},
-		{"petstore", func() *http.Server {
+		{"petstore", func(ln net.Listener) (*http.Server, net.Listener) {
+			metrics := newServerMetrics(nil, nil)
 			srv := newHTTPServer(h, cfg, logger)
 			useTLS(srv, certs)
-			srv.ErrorLog = tlsErrorLog(reqLog, newServerMetrics(nil, nil), logger)
+			srv.HTTP2.CountError = metrics.http2Error
+			srv.ErrorLog = tlsErrorLog(reqLog, metrics, logger)
 			var fresh newConns
 			srv.ConnState = fresh.track
-			return srv
+			caps := newConnCaps(defaultMaxConnsPerAddr, defaultMaxConnsTotal, nil, cfg.readHeaderTimeout)
+			caps.serve(srv)
+			return srv, caps.listen(ln, listenerAPI)
 		}},
 	}
 	for _, s := range servers {
@@ -311,7 +315,7 @@ func BenchmarkTLSConnection(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			srv := s.srv()
+			srv, ln := s.srv(ln)
 			go srv.ServeTLS(ln, "", "")
 			defer srv.Close()
 			// No session cache and no keep-alive: each request a new

@@ -36,9 +36,12 @@ type capConn struct {
 	timer *time.Timer // HTTP/2's first stream; nil until armed
 }
 
+// Read notes when a byte last came, while the connection has made no
+// request: only such a connection is ever closed for its silence, so a
+// keep-alive connection's reads cost no clock reading.
 func (cc *capConn) Read(p []byte) (int, error) {
 	n, err := cc.Conn.Read(p)
-	if n > 0 {
+	if n > 0 && !cc.served.Load() {
 		cc.lastRead.Store(cc.caps.since())
 	}
 	return n, err
