@@ -105,14 +105,18 @@ func TestACMEChallengesAreBounded(t *testing.T) {
 	ctx = context.WithValue(ctx, acmeTimingsKey{}, acmeTimings{retryMin: time.Hour, retryMax: time.Hour})
 	s := startACMEServerIn(t, ctx, testDB(t), []string{name}, "--acme-directory", "https://127.0.0.1:1/directory", "--anon-rpm", "10")
 
+	clients := map[string]*http.Client{} // one per address: a client each time would leave its idle connection open
 	challenge := func(from, token string) (int, http.Header, string) {
 		t.Helper()
+		if clients[from] == nil {
+			clients[from] = clientFrom(t, from, nil)
+		}
 		req, err := http.NewRequest("GET", "http://"+s.httpAddr+"/.well-known/acme-challenge/"+token, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		req.Host = name
-		resp, err := clientFrom(t, from, nil).Do(req)
+		resp, err := clients[from].Do(req)
 		if err != nil {
 			t.Fatalf("GET a challenge from %s: %v", from, err)
 		}

@@ -401,7 +401,7 @@ func TestConnCapFlags(t *testing.T) {
 	}{
 		{[]string{"--max-conns-per-addr", "-1"}, nil, "--max-conns-per-addr"},
 		{[]string{"--max-conns", "0"}, nil, "--max-conns"},
-		{nil, map[string]string{"PETSTORE_MAX_CONNS": "-5"}, "--max-conns"},
+		{nil, map[string]string{"PETSTORE_MAX_CONNS": "-5"}, "PETSTORE_MAX_CONNS must be at least 1"},
 		{nil, map[string]string{"PETSTORE_MAX_CONNS_PER_ADDR": "many"}, "PETSTORE_MAX_CONNS_PER_ADDR"},
 	} {
 		_, _, err := runCLI(t, tt.env, append([]string{"serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-addr", "off"}, tt.args...)...)
