@@ -178,9 +178,11 @@ func TestLockedDatabaseGives503(t *testing.T) {
 
 // TestIdleConnectionsDoNotStarveClients holds 1,000 idle connections, half
 // of them never sending a byte and half after one request, and checks that
-// normal clients are still served.
+// normal clients are still served. They all come from one address, as
+// through a proxy in front: the cap per address is off (--max-conns-per-addr
+// 0), and TestConnCapPerAddress tests it.
 func TestIdleConnectionsDoNotStarveClients(t *testing.T) {
-	ts := startServer(t)
+	ts := startServer(t, "--max-conns-per-addr", "0")
 	addr := strings.TrimPrefix(ts.base, "http://")
 	var conns []net.Conn
 	defer func() {
