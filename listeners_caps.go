@@ -142,7 +142,7 @@ func connAddrKey(addr netip.Addr) netip.Addr {
 type connCaps struct {
 	perAddr     int                   // 0: no cap per address
 	total       int                   // --max-conns
-	exempt      func(netip.Addr) bool // nil or true: no cap per address (trusted proxies)
+	exempt      func(netip.Addr) bool // addresses without a cap per address (trusted proxies); nil: none
 	firstStream time.Duration         // --read-header-timeout: an HTTP/2 connection's first stream
 	start       time.Time             // the base of capConn.lastRead
 	// onRefuse logs a connection refused at accept (on the budget).

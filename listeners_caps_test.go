@@ -479,3 +479,56 @@ func TestDeployUnitRaisesOpenFiles(t *testing.T) {
 		t.Errorf("petstore.service LimitNOFILE=%v, want 65536", got)
 	}
 }
+
+// TestConnCapExempt: an address the exemption names (--trusted-proxies)
+// is not held to the cap per address but is to the cap in all; another
+// address is held to both.
+func TestConnCapExempt(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := newConnCaps(1, 3, inPrefixes([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}), time.Second)
+	capped := caps.listen(ln, listenerAPI)
+	defer capped.Close()
+	accepted := make(chan net.Conn, 10)
+	go func() {
+		for {
+			c, err := capped.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	next := func() net.Conn {
+		t.Helper()
+		select {
+		case c := <-accepted:
+			t.Cleanup(func() { c.Close() })
+			return c
+		case <-time.After(5 * time.Second):
+			t.Fatal("nothing accepted within 5 s")
+			return nil
+		}
+	}
+	dialFrom(t, "127.0.0.1", ln.Addr().String())
+	dialFrom(t, "127.0.0.1", ln.Addr().String()) // over the cap of 1, but exempt
+	next()
+	next()
+	dialFrom(t, "127.0.0.2", ln.Addr().String())
+	next()
+	if !refusedFrom(t, "127.0.0.2", ln.Addr().String()) { // over both caps
+		t.Error("a second connection from 127.0.0.2 was kept")
+	}
+	if !refusedFrom(t, "127.0.0.1", ln.Addr().String()) { // over the cap in all
+		t.Error("a fourth connection in all was kept")
+	}
+	if n := caps.refused[listenerAPI][refusedPerAddr].Load(); n != 1 {
+		t.Errorf("%d refused at max_conns_per_addr, want 1 (127.0.0.2's second)", n)
+	}
+	if n := caps.refused[listenerAPI][refusedTotal].Load(); n != 1 {
+		t.Errorf("%d refused at max_conns, want 1 (127.0.0.1's third)", n)
+	}
+}
