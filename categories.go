@@ -32,7 +32,7 @@ const (
 )
 
 // newCategory is the request body of POST /v1/categories. Pointers tell an
-// absent (or null) field from an empty one.
+// absent field from an empty one (and a null, which decodeBody refuses).
 type newCategory struct {
 	Name        *string `json:"name"`
 	Description *string `json:"description"`
