@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestHealthReadyAndOpenAPI(t *testing.T) {
@@ -44,5 +46,26 @@ func TestHealthReadyAndOpenAPI(t *testing.T) {
 		if _, ok := doc.Paths["/categories"][op]; !ok {
 			t.Errorf("no %s /categories in the document", op)
 		}
+	}
+	// But for its servers, the served document is openapi.json, every
+	// number exact (an int64's maximum is no float64) and every string
+	// alike, in ASCII as the file is: a pattern's bidi controls and
+	// invisible characters are escapes, not characters that reorder or
+	// hide the text around them where the document is shown.
+	undecided := func(b []byte) map[string]any {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber()
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		delete(m, "servers")
+		return m
+	}
+	if !reflect.DeepEqual(undecided(r.body), undecided(openAPISource)) {
+		t.Errorf("the served document is not openapi.json")
+	}
+	if i := bytes.IndexFunc(r.body, func(r rune) bool { return r >= utf8.RuneSelf }); i >= 0 {
+		t.Errorf("the served document has a character outside ASCII at byte %d: %q", i, r.body[i:min(i+20, len(r.body))])
 	}
 }

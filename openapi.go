@@ -11,16 +11,24 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 //go:embed openapi.json
 var openAPISource []byte
 
 // openAPIDocument returns the embedded OpenAPI document with the server's
-// own base address in its servers list.
+// own base address in its servers list. Its numbers are kept as written
+// (an int64's maximum is no float64), and it is ASCII, as openapi.json
+// is: a name pattern's bidi controls and invisible characters stay
+// escapes, which cannot reorder or hide the text around them where the
+// document is shown.
 func openAPIDocument(publicURL, env string) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(openAPISource))
+	dec.UseNumber()
 	var doc map[string]any
-	if err := json.Unmarshal(openAPISource, &doc); err != nil {
+	if err := dec.Decode(&doc); err != nil {
 		return nil, fmt.Errorf("embedded openapi.json: %w", err)
 	}
 	doc["servers"] = []map[string]string{{"url": publicURL, "description": env}}
@@ -31,7 +39,26 @@ func openAPIDocument(publicURL, env string) ([]byte, error) {
 	if err := enc.Encode(doc); err != nil {
 		return nil, fmt.Errorf("embedded openapi.json: %w", err)
 	}
-	return out.Bytes(), nil
+	return asciiJSON(out.Bytes()), nil
+}
+
+// asciiJSON escapes every code point outside ASCII in a JSON text as
+// \uXXXX (a surrogate pair above U+FFFF). Outside ASCII there are only
+// string contents, where the escape means the same.
+func asciiJSON(b []byte) []byte {
+	out := make([]byte, 0, len(b)+len(b)/8)
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if r < utf8.RuneSelf {
+			out = append(out, b[0])
+		} else {
+			for _, u := range utf16.Encode([]rune{r}) {
+				out = fmt.Appendf(out, `\u%04x`, u)
+			}
+		}
+		b = b[n:]
+	}
+	return out
 }
 
 // handleOpenAPI serves the document that openAPIDocument makes for
