@@ -5,7 +5,10 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -62,19 +65,71 @@ func asciiJSON(b []byte) []byte {
 }
 
 // handleOpenAPI serves the document that openAPIDocument makes for
-// publicURL and env, made on the first request: start-up need not wait
-// for it.
+// publicURL and env, as docs.go serves the page's files: gzip to a client
+// that accepts it, else identity, each with an ETag of its own (answering
+// If-None-Match with 304). The document, its gzip and their tags are made
+// once, in the background from the start: start-up need not wait for
+// them, and a request rarely does.
 func handleOpenAPI(publicURL, env string) http.Handler {
-	doc := sync.OnceValues(func() ([]byte, error) { return openAPIDocument(publicURL, env) })
+	doc := sync.OnceValues(func() (*openAPIServed, error) { return serveOpenAPI(publicURL, env) })
+	go doc()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := doc()
+		d, err := doc()
 		if err != nil {
 			writeError(w, r, err)
 			return
 		}
 		h := w.Header()
-		h.Set("Content-Type", "application/json")
+		h.Add("Vary", "Accept-Encoding") // Add: CORS may have put Origin there
+		body, etag := d.plain, d.plainETag
+		if acceptsGzip(r.Header["Accept-Encoding"]) {
+			body, etag = d.gzip, d.gzipETag
+			h["Content-Encoding"] = gzipEncoding
+		}
+		h["Etag"] = etag
+		if etagMatches(r.Header["If-None-Match"], etag[0]) {
+			h.Del("Content-Encoding")
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		h["Content-Type"] = jsonContentType
 		h.Set("Content-Length", strconv.Itoa(len(body)))
-		w.Write(body)
+		w.WriteHeader(http.StatusOK)
+		if r.Method != http.MethodHead {
+			w.Write(body)
+		}
 	})
+}
+
+var gzipEncoding = []string{"gzip"}
+
+// openAPIServed is the served document in both encodings, with their
+// ETags as header values.
+type openAPIServed struct {
+	plain, gzip         []byte
+	plainETag, gzipETag []string
+}
+
+func serveOpenAPI(publicURL, env string) (*openAPIServed, error) {
+	plain, err := openAPIDocument(publicURL, env)
+	if err != nil {
+		return nil, err
+	}
+	var zb bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&zb, gzip.BestCompression)
+	if err == nil {
+		_, err = zw.Write(plain)
+	}
+	if err == nil {
+		err = zw.Close()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("gzip openapi.json: %w", err)
+	}
+	sum := sha256.Sum256(plain)
+	tag := hex.EncodeToString(sum[:16])
+	return &openAPIServed{
+		plain: plain, gzip: zb.Bytes(),
+		plainETag: []string{`"` + tag + `"`}, gzipETag: []string{`"` + tag + `-gzip"`},
+	}, nil
 }
