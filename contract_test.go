@@ -539,3 +539,60 @@ func jsonASCII(s string) string {
 	b.WriteByte('"')
 	return b.String()
 }
+
+// TestNoParameterIsPrefilled checks that the /docs page's "Execute" sends
+// only what the user typed (DECISIONS.md section 18): Swagger UI fills a
+// parameter's field with its example or default, so no optional
+// parameter has one, and "List all categories" lists them all rather than
+// a page of an example's size. (A path parameter must be given anyway; its
+// example is a help.)
+func TestNoParameterIsPrefilled(t *testing.T) {
+	var doc struct {
+		Paths      map[string]map[string]json.RawMessage
+		Components struct{ Parameters map[string]json.RawMessage }
+	}
+	if err := json.Unmarshal(openAPISource, &doc); err != nil {
+		t.Fatal(err)
+	}
+	type parameter struct {
+		Ref      string          `json:"$ref"`
+		Name     string          `json:"name"`
+		Required bool            `json:"required"`
+		Example  json.RawMessage `json:"example"`
+		Examples json.RawMessage `json:"examples"`
+		Schema   struct {
+			Default  json.RawMessage `json:"default"`
+			Example  json.RawMessage `json:"example"`
+			Examples json.RawMessage `json:"examples"`
+		} `json:"schema"`
+	}
+	checked := 0
+	for path, item := range doc.Paths {
+		for method, raw := range item {
+			var op struct{ Parameters []parameter }
+			if json.Unmarshal(raw, &op) != nil {
+				continue
+			}
+			for _, p := range op.Parameters {
+				if name, ok := strings.CutPrefix(p.Ref, "#/components/parameters/"); ok {
+					if err := json.Unmarshal(doc.Components.Parameters[name], &p); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if p.Required {
+					continue
+				}
+				checked++
+				for what, v := range map[string]json.RawMessage{"an example": p.Example, "examples": p.Examples,
+					"a default in its schema": p.Schema.Default, "an example in its schema": p.Schema.Example, "examples in its schema": p.Schema.Examples} {
+					if v != nil {
+						t.Errorf("%s %s: the optional parameter %s has %s (%s), which the docs page would send unasked", method, path, p.Name, what, v)
+					}
+				}
+			}
+		}
+	}
+	if checked < 6 {
+		t.Errorf("%d optional parameters checked, want at least limit, after_id, categoryId, status and their HEADs'", checked)
+	}
+}
