@@ -20,6 +20,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
@@ -257,6 +258,11 @@ func TestBrowserDocsTryItOut(t *testing.T) {
 	if r := ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"Cat"}`); r.status != http.StatusCreated {
 		t.Fatalf("seed: status = %d, want 201", r.status)
 	}
+	for i := range 100 { // more than a page of 100, which the page once asked for unasked
+		if r := ts.do(t, "POST", "/v1/categories", ts.key, fmt.Sprintf(`{"name":"Cat %d"}`, i+1)); r.status != http.StatusCreated {
+			t.Fatalf("seed: status = %d, want 201", r.status)
+		}
+	}
 	_, want := documentOps(t, ts)
 	w := watchPage(t, ctx, ts.base)
 	start := time.Now()
@@ -286,13 +292,14 @@ func TestBrowserDocsTryItOut(t *testing.T) {
 		t.Errorf("the page shows status %q, want 200", status)
 	}
 	reqURL := browserEval[string](t, ctx, `document.querySelector("`+op+` .request-url pre").textContent.trim()`)
-	// Swagger UI adds the parameters' defaults (limit, after_id).
-	if u, err := url.Parse(reqURL); err != nil || u.Scheme+"://"+u.Host+u.Path != ts.base+"/v1/categories" {
-		t.Errorf("the page called %q, want %s/v1/categories (the page's own origin, not --public-url)", reqURL, ts.base)
+	// Nothing typed, nothing sent: no parameter is filled in by the page
+	// (DECISIONS.md section 18), so the whole list comes back.
+	if u, err := url.Parse(reqURL); err != nil || u.Scheme+"://"+u.Host+u.Path != ts.base+"/v1/categories" || u.RawQuery != "" {
+		t.Errorf("the page called %q, want %s/v1/categories with no query (the page's own origin, not --public-url)", reqURL, ts.base)
 	}
 	body := browserEval[string](t, ctx, `document.querySelector("`+op+` .live-responses-table tbody .response-col_description pre").textContent`)
-	if !strings.Contains(body, `"Cat"`) {
-		t.Errorf("the page shows the body %q, want the list with Cat", body)
+	if !strings.Contains(body, `"Cat"`) || !strings.Contains(body, `"Cat 100"`) {
+		t.Errorf("the page shows the body %.200q, want the whole list, Cat to Cat 100", body)
 	}
 
 	op = "#operations-categories-createCategory"
@@ -429,4 +436,70 @@ func TestBrowserCORS(t *testing.T) {
 	if refused.Error == "" {
 		t.Errorf("GET from %s, an origin not in --cors-origins: %+v, want fetch refused", other.URL, refused)
 	}
+}
+
+// TestBrowserPatternsAsECMAScript reads the patterns of the served
+// document in the browser's own JavaScript, as JSON Schema 2020-12 reads
+// them (ECMA-262, u flag), and holds each answer to the server's: every
+// code point of the name rules' tables alone, inside a name and at its
+// edges, names at the length bound in white space, and Idempotency-Keys
+// of both forms at and past theirs. Go's regexp reads them alike
+// (TestNamePatternMatchesValidName, TestIdemKeyPatternMatchesServer).
+func TestBrowserPatternsAsECMAScript(t *testing.T) {
+	ctx := newBrowser(t)
+	ts := startServer(t)
+	type sample struct {
+		Pattern string `json:"pattern"` // "name" or "key"
+		Value   string `json:"value"`
+		want    bool
+	}
+	var samples []sample
+	addName := func(v string) {
+		_, err := validName("name", &v)
+		samples = append(samples, sample{"name", v, err == nil})
+	}
+	addKey := func(v string) {
+		_, _, err := idempotencyKey(http.Header{"Idempotency-Key": {v}})
+		samples = append(samples, sample{"key", v, err == nil})
+	}
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		if unicode.In(r, nameRuleTables...) {
+			s := string(r)
+			addName(s)
+			addName("a" + s + "b")
+			addName(" " + s + "b\u3000")
+		}
+	}
+	x := strings.Repeat
+	for _, v := range []string{"Dog", "\u2764\ufe0f", "\U0001F600", "a\U000E0100", x("x", 100), x("x", 101), " " + x("x", 100) + "\u2029", "\t" + x("x", 101), x("\U0001F600", 100)} {
+		addName(v)
+	}
+	for _, v := range []string{"abc", `"abc"`, `"a\"b"`, `"a\\b"`, `a"b`, `"a"b`, `"a\b"`, `""`, x("x", 255), x("x", 256), `"` + x(`\"`, 255) + `"`, `"` + x("x", 256) + `"`, "é"} {
+		addKey(v)
+	}
+	in, err := json.Marshal(samples)
+	if err != nil {
+		t.Fatal(err)
+	}
+	browserDo(t, ctx, "open /docs", chromedp.Navigate(ts.base+"/docs"))
+	got := browserEval[[]bool](t, ctx, `(async () => {
+  const doc = await (await fetch("/v1/openapi.json")).json();
+  const re = {
+    name: new RegExp(doc.components.schemas.NewCategory.properties.name.pattern, "u"),
+    key: new RegExp(doc.components.parameters["Idempotency-Key"].schema.pattern, "u"),
+  };
+  return `+string(in)+`.map((s) => re[s.pattern].test(s.value));
+})()`)
+	if len(got) != len(samples) {
+		t.Fatalf("%d answers for %d samples", len(got), len(samples))
+	}
+	wrong := 0
+	for i, s := range samples {
+		if got[i] != s.want {
+			if wrong++; wrong <= 20 {
+				t.Errorf("%s %+q: JavaScript's RegExp says %v, the server %v", s.Pattern, s.Value, got[i], s.want)
+			}
+		}
+	}
+	t.Logf("%d samples", len(samples))
 }

@@ -29,10 +29,13 @@ import (
 const (
 	maxNameLen        = 100
 	maxDescriptionLen = 1000
+	// descriptionPattern is the OpenAPI document's pattern of a
+	// description: no U+0000, which PostgreSQL's text cannot hold.
+	descriptionPattern = `^[^\x00]*$`
 )
 
 // newCategory is the request body of POST /v1/categories. Pointers tell an
-// absent (or null) field from an empty one.
+// absent field from an empty one (and a null, which decodeBody refuses).
 type newCategory struct {
 	Name        *string `json:"name"`
 	Description *string `json:"description"`

@@ -278,6 +278,7 @@ func TestCategoryValidation(t *testing.T) {
 		{"name number", `{"name":5}`, nil, 400, "validation_failed"},
 		{"name object", `{"name":{}}`, nil, 400, "validation_failed"},
 		{"description number", `{"name":"n1","description":5}`, nil, 400, "validation_failed"},
+		{"null description", `{"name":"nulldesc","description":null}`, nil, 400, "validation_failed"},
 		{"description 1001", `{"name":"n2","description":"` + strings.Repeat("d", 1001) + `"}`, nil, 400, "validation_failed"},
 		{"unknown field", `{"name":"n3","colour":"red"}`, nil, 400, "validation_failed"},
 		{"duplicate", `{"name":"dog"}`, nil, 409, "conflict"},
@@ -310,7 +311,6 @@ func TestCategoryValidation(t *testing.T) {
 		{"1000 description", `{"name":"d1000","description":"` + strings.Repeat("d", 1000) + `"}`},
 		{"charset parameter", `{"name":"charset"}`},
 		{"description with newline", `{"name":"nl","description":"two\nlines"}`},
-		{"null description", `{"name":"nulldesc","description":null}`},
 	}
 	for _, tt := range valid {
 		t.Run(tt.name, func(t *testing.T) {

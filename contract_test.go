@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"regexp"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf16"
 )
 
 // TestDocumentEnumsMatchTables checks that the OpenAPI document's lists
@@ -387,8 +389,10 @@ func TestHeadMatchesGet(t *testing.T) {
 	)
 	statuses := map[int]bool{}
 	for _, rq := range requests {
-		get := ts.do(t, "GET", rq.path, rq.key, "", rq.header...)
-		head := ts.do(t, "HEAD", rq.path, rq.key, "", rq.header...)
+		// Go's client asks for gzip by itself on a GET only: ask on both.
+		header := append(rq.header, "Accept-Encoding", "gzip")
+		get := ts.do(t, "GET", rq.path, rq.key, "", header...)
+		head := ts.do(t, "HEAD", rq.path, rq.key, "", header...)
 		where := fmt.Sprintf("HEAD %s (key %v)", rq.path, rq.key != "")
 		statuses[head.status] = true
 		if head.status != get.status {
@@ -407,7 +411,7 @@ func TestHeadMatchesGet(t *testing.T) {
 				t.Errorf("%s: %s, which the GET has not", where, name)
 			}
 		}
-		for _, name := range []string{"Content-Type", "ETag", "Link", "Deprecation", "Sunset", "X-Api-Stability", "Www-Authenticate"} {
+		for _, name := range []string{"Content-Type", "Content-Encoding", "Vary", "ETag", "Link", "Deprecation", "Sunset", "X-Api-Stability", "Www-Authenticate"} {
 			if g, h := get.header.Values(name), head.header.Values(name); !slices.Equal(g, h) {
 				t.Errorf("%s: %s %q, the GET %q", where, name, h, g)
 			}
@@ -417,5 +421,178 @@ func TestHeadMatchesGet(t *testing.T) {
 		if !statuses[want] {
 			t.Errorf("no HEAD answered %d", want)
 		}
+	}
+}
+
+// TestDocumentPatterns holds the document's schemas to the server's own
+// rules (DECISIONS.md section 18): the names' pattern is namePattern and
+// they have no maxLength (the server trims first), the Idempotency-Key's
+// pattern and maxLength are idempotency.go's, a description's pattern is
+// descriptionPattern, and every int64 the client sends is bounded as an
+// int64 is. Every pattern is one that both ECMA-262's u mode and Go's
+// regexp read alike: no look-around, no \u, no \s \d \w \p classes.
+func TestDocumentPatterns(t *testing.T) {
+	dec := json.NewDecoder(bytes.NewReader(openAPISource))
+	dec.UseNumber()
+	var doc map[string]any
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	at := func(path ...string) map[string]any {
+		var v any = doc
+		for _, k := range path {
+			m, _ := v.(map[string]any)
+			v = m[k]
+		}
+		m, _ := v.(map[string]any)
+		if m == nil {
+			t.Fatalf("openapi.json has nothing at %s", strings.Join(path, "/"))
+		}
+		return m
+	}
+	props := func(schema string, name string) map[string]any {
+		return at("components", "schemas", schema, "properties", name)
+	}
+	for _, s := range []string{"NewCategory", "NewPet"} {
+		name := props(s, "name")
+		if name["pattern"] != namePattern() {
+			t.Errorf("%s.name's pattern is not namePattern(), which is (as JSON):\n%s", s, jsonASCII(namePattern()))
+		}
+		if _, ok := name["maxLength"]; ok {
+			t.Errorf("%s.name has a maxLength: the server takes longer names in white space that it trims", s)
+		}
+	}
+	if p := props("NewCategory", "description")["pattern"]; p != descriptionPattern {
+		t.Errorf("NewCategory.description's pattern is %q, want descriptionPattern %q", p, descriptionPattern)
+	}
+	key := at("components", "parameters", "Idempotency-Key", "schema")
+	if key["pattern"] != idemKeyPattern() {
+		t.Errorf("the Idempotency-Key's pattern is not idemKeyPattern(), which is (as JSON):\n%s", jsonASCII(idemKeyPattern()))
+	}
+	if n := key["maxLength"]; n != json.Number(strconv.Itoa(idemKeyMaxLength)) {
+		t.Errorf("the Idempotency-Key's maxLength is %v, want %d", n, idemKeyMaxLength)
+	}
+
+	maxInt64 := json.Number(strconv.FormatInt(math.MaxInt64, 10))
+	int64s := []map[string]any{props("NewPet", "categoryId"), props("NewOrder", "petId")}
+	for path, item := range at("paths") {
+		for method, o := range item.(map[string]any) {
+			params, _ := o.(map[string]any)["parameters"].([]any)
+			for _, p := range params {
+				if s, _ := p.(map[string]any)["schema"].(map[string]any); s["format"] == "int64" {
+					int64s = append(int64s, s)
+				} else if s == nil && p.(map[string]any)["$ref"] == nil {
+					t.Errorf("%s %s: a parameter without a schema", method, path)
+				}
+			}
+		}
+	}
+	for _, s := range int64s {
+		if s["maximum"] != maxInt64 {
+			t.Errorf("an int64 the client sends, %v, has no maximum %s", s, maxInt64)
+		}
+	}
+
+	forbidden := regexp.MustCompile(`\(\?[=!<]|\\[uUsSdDwWpP]|\\x\{`)
+	var walk func(where string, v any)
+	walk = func(where string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if p, ok := v["pattern"].(string); ok {
+				if _, err := regexp.Compile(p); err != nil {
+					t.Errorf("%s: Go's regexp does not read the pattern: %v", where, err)
+				}
+				if m := forbidden.FindString(p); m != "" {
+					t.Errorf("%s: the pattern has %q, which ECMA-262 and Go read differently or not at all", where, m)
+				}
+			}
+			for k, e := range v {
+				walk(where+"/"+k, e)
+			}
+		case []any:
+			for i, e := range v {
+				walk(where+"/"+strconv.Itoa(i), e)
+			}
+		}
+	}
+	walk("#", doc)
+}
+
+// jsonASCII is s as a JSON string with every code point outside ASCII
+// escaped, as openapi.json writes them.
+func jsonASCII(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r < 0x20 || r > 0x7e:
+			for _, u := range utf16.Encode([]rune{r}) {
+				fmt.Fprintf(&b, `\u%04x`, u)
+			}
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// TestNoParameterIsPrefilled checks that the /docs page's "Execute" sends
+// only what the user typed (DECISIONS.md section 18): Swagger UI fills a
+// parameter's field with its example or default, so no optional
+// parameter has one, and "List all categories" lists them all rather than
+// a page of an example's size. (A path parameter must be given anyway; its
+// example is a help.)
+func TestNoParameterIsPrefilled(t *testing.T) {
+	var doc struct {
+		Paths      map[string]map[string]json.RawMessage
+		Components struct{ Parameters map[string]json.RawMessage }
+	}
+	if err := json.Unmarshal(openAPISource, &doc); err != nil {
+		t.Fatal(err)
+	}
+	type parameter struct {
+		Ref      string          `json:"$ref"`
+		Name     string          `json:"name"`
+		Required bool            `json:"required"`
+		Example  json.RawMessage `json:"example"`
+		Examples json.RawMessage `json:"examples"`
+		Schema   struct {
+			Default  json.RawMessage `json:"default"`
+			Example  json.RawMessage `json:"example"`
+			Examples json.RawMessage `json:"examples"`
+		} `json:"schema"`
+	}
+	checked := 0
+	for path, item := range doc.Paths {
+		for method, raw := range item {
+			var op struct{ Parameters []parameter }
+			if json.Unmarshal(raw, &op) != nil {
+				continue
+			}
+			for _, p := range op.Parameters {
+				if name, ok := strings.CutPrefix(p.Ref, "#/components/parameters/"); ok {
+					if err := json.Unmarshal(doc.Components.Parameters[name], &p); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if p.Required {
+					continue
+				}
+				checked++
+				for what, v := range map[string]json.RawMessage{"an example": p.Example, "examples": p.Examples,
+					"a default in its schema": p.Schema.Default, "an example in its schema": p.Schema.Example, "examples in its schema": p.Schema.Examples} {
+					if v != nil {
+						t.Errorf("%s %s: the optional parameter %s has %s (%s), which the docs page would send unasked", method, path, p.Name, what, v)
+					}
+				}
+			}
+		}
+	}
+	if checked < 6 {
+		t.Errorf("%d optional parameters checked, want at least limit, after_id, categoryId, status and their HEADs'", checked)
 	}
 }

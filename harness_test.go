@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -563,9 +564,21 @@ func (c *contract) check(req *http.Request, resp *http.Response, body []byte) []
 			out = append(out, fmt.Sprintf("%s: Content-Type %q, want that of the GET: %q", where, resp.Header.Get("Content-Type"), want))
 		}
 	}
+	judged := body
+	if resp.Header.Get("Content-Encoding") == "gzip" && len(body) > 0 {
+		// A client that asked for gzip itself reads it; the schema is of
+		// what it decompresses to.
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err == nil {
+			judged, err = io.ReadAll(zr)
+		}
+		if err != nil {
+			return append(out, fmt.Sprintf("%s: a gzip body that does not decompress: %v", where, err))
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.Body = io.NopCloser(bytes.NewReader(judged))
 	ok, errs := c.v.ValidateHttpResponse(req, resp)
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	if ok {

@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -60,6 +61,20 @@ func idempotencyKey(h http.Header) (key string, ok bool, _ *apiError) {
 	}
 	return v, true, nil
 }
+
+// idemKeyPattern is the OpenAPI document's pattern of an Idempotency-Key
+// as HTTP carries it (without surrounding white space), the forms that
+// idempotencyKey takes: 1 to maxIdemKeyLen printable ASCII characters,
+// bare (not starting with a double quote, which would begin the quoted
+// form) or between double quotes with \" and \\ as their only escapes.
+// idemKeyMaxLength is the longest: every character quoted and escaped.
+// TestDocumentPatterns holds the document to both.
+func idemKeyPattern() string {
+	return fmt.Sprintf(`^(?:[\x21\x23-\x7e](?:[\x20-\x7e]{0,%d}[\x21-\x7e])?|"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\[\x22\x5c]){1,%d}")$`,
+		maxIdemKeyLen-2, maxIdemKeyLen)
+}
+
+const idemKeyMaxLength = 2 + 2*maxIdemKeyLen
 
 // unquoteSFString unquotes an RFC 8941 string: "..." with \" and \\ as its
 // only escapes.

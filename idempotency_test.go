@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -412,6 +414,62 @@ func TestIdempotencyKeyHeader(t *testing.T) {
 	}
 	if _, present, err := idempotencyKey(http.Header{}); present || err != nil {
 		t.Errorf("no header: present %v, err %v", present, err)
+	}
+}
+
+// TestIdemKeyPatternMatchesServer holds the document's Idempotency-Key
+// pattern and idempotencyKey to one answer, on values as HTTP carries
+// them (no white space around): the cases above, both forms at and past
+// the length bound, escapes, and random values of printable ASCII,
+// quotes, backslashes and a few others.
+func TestIdemKeyPatternMatchesServer(t *testing.T) {
+	re := regexp.MustCompile(idemKeyPattern())
+	check := func(v string) {
+		t.Helper()
+		if v != strings.Trim(v, " \t") {
+			return // not a value HTTP carries
+		}
+		_, _, err := idempotencyKey(http.Header{"Idempotency-Key": {v}})
+		if got, want := re.MatchString(v), err == nil; got != want {
+			t.Fatalf("%q: the pattern says %v, idempotencyKey %v (%v)", v, got, want, err)
+		}
+		if re.MatchString(v) && len(v) > idemKeyMaxLength {
+			t.Fatalf("%q: %d characters, above the maxLength %d", v, len(v), idemKeyMaxLength)
+		}
+	}
+	x := strings.Repeat
+	for _, v := range []string{
+		"abc", `"abc"`, `"a\"b"`, `"a\\b"`, `a"b`, `ab"`, "a b", `" a "`, `"`, `""`, `"a`, `"a"b`, `"a\b"`, `"a\"`,
+		x("x", 255), x("x", 256), `"` + x("x", 255) + `"`, `"` + x("x", 256) + `"`, `"` + x(`\"`, 255) + `"`,
+		`"` + x(`\\`, 256) + `"`, "a\tb", "a\x7fb", "é", "\xff", "", `\`, `"\\"`, `x\`,
+	} {
+		check(v)
+	}
+	if n := len(`"` + x(`\"`, maxIdemKeyLen) + `"`); n != idemKeyMaxLength {
+		t.Errorf("the longest quoted key is %d characters, idemKeyMaxLength %d", n, idemKeyMaxLength)
+	}
+	rng := rand.New(rand.NewPCG(9, 9))
+	const alphabet = "ab \"\\~!\x7f\t\x00é"
+	for range 20000 {
+		n := rng.IntN(12)
+		if rng.IntN(8) == 0 {
+			n = 250 + rng.IntN(10)
+		}
+		var b strings.Builder
+		if rng.IntN(2) == 0 {
+			b.WriteByte('"')
+		}
+		for range n {
+			if rng.IntN(3) == 0 {
+				b.WriteByte(alphabet[rng.IntN(len(alphabet))])
+			} else {
+				b.WriteByte(byte('a' + rng.IntN(26)))
+			}
+		}
+		if rng.IntN(2) == 0 {
+			b.WriteByte('"')
+		}
+		check(b.String())
 	}
 }
 

@@ -189,6 +189,24 @@ func decodeBody(body []byte, dst any) error {
 	if err != nil {
 		return jsonError(err)
 	}
+	if ae := nullField(dst, keys); ae != nil {
+		return ae
+	}
+	return nil
+}
+
+// nullField refuses a null given for any of keys, the fields present in
+// the body: no field of a request body may be null (DECISIONS.md section
+// 18). A body's fields are pointers (TestBodyFieldsArePointers), which a
+// null leaves nil and any other value sets, so a present key whose field
+// is nil was null.
+func nullField(dst any, keys []string) *apiError {
+	v := reflect.ValueOf(dst).Elem()
+	for _, f := range jsonFields(dst) {
+		if fv := v.Field(f.index); fv.Kind() == reflect.Pointer && fv.IsNil() && slices.Contains(keys, f.name) {
+			return errorf("validation_failed", "%s must be %s, not null", f.name, jsonTypeName(fv.Type().Elem().Kind().String()))
+		}
+	}
 	return nil
 }
 
@@ -310,23 +328,42 @@ func jsonKey(quoted []byte) string {
 	return key
 }
 
-var jsonFieldCache sync.Map // reflect.Type -> []string
+var jsonFieldCache sync.Map // reflect.Type -> jsonStruct
+
+// jsonStruct is what decodeBody needs of a body's struct type: its JSON
+// field names, and where each field is.
+type jsonStruct struct {
+	names  []string
+	fields []jsonField
+}
+
+type jsonField struct {
+	name  string
+	index int
+}
 
 // jsonFieldNames returns the JSON names of the fields of the struct that
 // dst points to.
-func jsonFieldNames(dst any) []string {
+func jsonFieldNames(dst any) []string { return jsonStructOf(dst).names }
+
+// jsonFields returns the fields of the struct that dst points to that
+// have JSON names.
+func jsonFields(dst any) []jsonField { return jsonStructOf(dst).fields }
+
+func jsonStructOf(dst any) jsonStruct {
 	t := reflect.TypeOf(dst).Elem()
-	if names, ok := jsonFieldCache.Load(t); ok {
-		return names.([]string)
+	if s, ok := jsonFieldCache.Load(t); ok {
+		return s.(jsonStruct)
 	}
-	var names []string
-	for f := range t.Fields() {
-		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
-			names = append(names, name)
+	var s jsonStruct
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			s.names = append(s.names, name)
+			s.fields = append(s.fields, jsonField{name, i})
 		}
 	}
-	jsonFieldCache.Store(t, names)
-	return names
+	jsonFieldCache.Store(t, s)
+	return s
 }
 
 // jsonError turns an error of encoding/json into a client's error.
@@ -338,6 +375,9 @@ func jsonError(err error) *apiError {
 		field := typeErr.Field
 		if field == "" {
 			return errorf("invalid_json", "the request body must be a JSON object")
+		}
+		if k := typeErr.Type.Kind(); k >= reflect.Int && k <= reflect.Uint64 {
+			return errorf("validation_failed", "%s", intTypeMessage(field, typeErr.Value))
 		}
 		return errorf("validation_failed", "%s must be %s", field, jsonTypeName(typeErr.Type.Kind().String()))
 	case errors.As(err, &syntaxErr):

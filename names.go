@@ -6,6 +6,8 @@
 package main
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -45,18 +47,100 @@ const zeroWidthJoiner = '\u200d'
 // ok is false when the name holds none.
 func refusedInName(name string) (r rune, why string, ok bool) {
 	for _, r := range name {
-		if r < utf8.RuneSelf {
-			continue
-		}
-		switch {
-		case unicode.Is(unicode.Bidi_Control, r):
-			return r, "a bidirectional control", true
-		case r == zeroWidthJoiner || unicode.Is(unicode.Variation_Selector, r):
-		case defaultIgnorable(r):
-			return r, "an invisible (default-ignorable) code point", true
+		if why := refusedRune(r); why != "" {
+			return r, why, true
 		}
 	}
 	return 0, "", false
+}
+
+// refusedRune says why a name may not hold r, or "" when it may: the rule
+// of refusedInName for one code point (control characters are
+// validName's, apart).
+func refusedRune(r rune) string {
+	switch {
+	case r < utf8.RuneSelf:
+	case unicode.Is(unicode.Bidi_Control, r):
+		return "a bidirectional control"
+	case r == zeroWidthJoiner || unicode.Is(unicode.Variation_Selector, r):
+	case defaultIgnorable(r):
+		return "an invisible (default-ignorable) code point"
+	}
+	return ""
+}
+
+// namePattern is the OpenAPI document's pattern of a name as sent
+// (TestDocumentPatterns holds the document to it): the white space that
+// validName trims (unicode.IsSpace, listed: \s is not the same set in Go
+// and ECMA-262), then 1 to maxNameLen code points that are neither
+// control characters nor refusedRune's, the first and last not white
+// space, then white space again. It is written for ECMA-262's u mode
+// (JSON Schema 2020-12) in a form Go's regexp reads too: no look-around,
+// code points up to U+00FF as \xHH (\u is ECMA-262's only), the others as
+// themselves.
+func namePattern() string {
+	refused := func(r rune) bool { return unicode.IsControl(r) || refusedRune(r) != "" }
+	space := runeClass(false, unicode.IsSpace)
+	inner := runeClass(true, refused)
+	edge := runeClass(true, func(r rune) bool { return refused(r) || unicode.IsSpace(r) })
+	return fmt.Sprintf("^%s*%s(?:%s{0,%d}%s)?%s*$", space, edge, inner, maxNameLen-2, edge, space)
+}
+
+// nameRuleTables hold every code point that a name rule can single out:
+// control characters, white space, bidi controls and the default-ignorable
+// ones (defaultIgnorable's sets). Outside them, refusedRune and
+// unicode.IsSpace are false (TestNameRuleTables checks every code point).
+var nameRuleTables = []*unicode.RangeTable{
+	unicode.Cc, unicode.White_Space, unicode.Bidi_Control,
+	unicode.Other_Default_Ignorable_Code_Point, unicode.Cf, unicode.Variation_Selector,
+}
+
+// runeClass writes a character class, as ranges, of the code points of
+// nameRuleTables for which in is true (negated: of all the others).
+func runeClass(negated bool, in func(rune) bool) string {
+	var rs []rune
+	for _, t := range nameRuleTables {
+		for _, r16 := range t.R16 {
+			for r := rune(r16.Lo); r <= rune(r16.Hi); r += rune(r16.Stride) {
+				rs = append(rs, r)
+			}
+		}
+		for _, r32 := range t.R32 {
+			for r := rune(r32.Lo); r <= rune(r32.Hi); r += rune(r32.Stride) {
+				rs = append(rs, r)
+			}
+		}
+	}
+	rs = slices.Compact(slices.Sorted(slices.Values(rs)))
+	rs = slices.DeleteFunc(rs, func(r rune) bool { return !in(r) })
+	var b strings.Builder
+	b.WriteByte('[')
+	if negated {
+		b.WriteByte('^')
+	}
+	write := func(r rune) {
+		if r <= 0xff {
+			fmt.Fprintf(&b, "\\x%02x", r)
+		} else {
+			b.WriteRune(r)
+		}
+	}
+	for i := 0; i < len(rs); i++ {
+		j := i
+		for j+1 < len(rs) && rs[j+1] == rs[j]+1 {
+			j++
+		}
+		write(rs[i])
+		if j > i+1 {
+			b.WriteByte('-')
+		}
+		if j > i {
+			write(rs[j])
+		}
+		i = j
+	}
+	b.WriteByte(']')
+	return b.String()
 }
 
 // compareName is the key under which category names are unique (the

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/golang-migrate/migrate/v4"
 	"github.com/golang-migrate/migrate/v4/database"
@@ -317,5 +319,58 @@ func TestCompareName(t *testing.T) {
 		if compareName(p[0]) == compareName(p[1]) {
 			t.Errorf("compareName(%+q) == compareName(%+q); want distinct", p[0], p[1])
 		}
+	}
+}
+
+// TestNamePatternMatchesValidName holds the document's name pattern and
+// validName to one answer: for every code point, alone, inside a name and
+// at its edges, and for names at the length bound with and without the
+// white space that is trimmed. Outside nameRuleTables no code point is
+// refused or white space, so the pattern's classes may list those tables'
+// code points only.
+func TestNamePatternMatchesValidName(t *testing.T) {
+	re := regexp.MustCompile(namePattern())
+	check := func(name string) {
+		t.Helper()
+		_, err := validName("name", &name)
+		if got, want := re.MatchString(name), err == nil; got != want {
+			t.Fatalf("%+q: the pattern says %v, validName %v (%v)", name, got, want, err)
+		}
+	}
+	inTables := func(r rune) bool {
+		for _, tab := range nameRuleTables {
+			if unicode.Is(tab, r) {
+				return true
+			}
+		}
+		return false
+	}
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		if r >= 0xd800 && r <= 0xdfff {
+			continue
+		}
+		if !inTables(r) {
+			if unicode.IsControl(r) || unicode.IsSpace(r) || refusedRune(r) != "" {
+				t.Fatalf("U+%04X is singled out by a name rule but is in none of nameRuleTables", r)
+			}
+			if r%97 != 0 { // a sample of the code points that every rule lets by
+				continue
+			}
+		}
+		s := string(r)
+		check(s)
+		check("a" + s + "b")
+		check(" " + s + "b\t")
+		check("a" + s + "\u3000")
+	}
+	x := func(n int) string { return strings.Repeat("x", n) }
+	for _, name := range []string{
+		"", " ", "\t\n\v\f\r \u0085\u00a0\u1680\u2000\u200a\u2028\u2029\u202f\u205f\u3000",
+		x(1), x(99), x(100), x(101), " " + x(100) + " ", "\u3000" + x(100) + "\u2029", " " + x(101) + " ",
+		"x" + strings.Repeat(" ", 98) + "x", "x" + strings.Repeat(" ", 99) + "x",
+		strings.Repeat("\U0001F600", 100), strings.Repeat("\U0001F600", 101),
+		"a\u200db", "\u200d", "\u2764\ufe0f", "\ufe0f", "a\U000e0100", "a\u200bb", "\u00a0a\u00a0", "a\u0085b",
+	} {
+		check(name)
 	}
 }

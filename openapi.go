@@ -5,22 +5,33 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 //go:embed openapi.json
 var openAPISource []byte
 
 // openAPIDocument returns the embedded OpenAPI document with the server's
-// own base address in its servers list.
+// own base address in its servers list. Its numbers are kept as written
+// (an int64's maximum is no float64), and it is ASCII, as openapi.json
+// is: a name pattern's bidi controls and invisible characters stay
+// escapes, which cannot reorder or hide the text around them where the
+// document is shown.
 func openAPIDocument(publicURL, env string) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(openAPISource))
+	dec.UseNumber()
 	var doc map[string]any
-	if err := json.Unmarshal(openAPISource, &doc); err != nil {
+	if err := dec.Decode(&doc); err != nil {
 		return nil, fmt.Errorf("embedded openapi.json: %w", err)
 	}
 	doc["servers"] = []map[string]string{{"url": publicURL, "description": env}}
@@ -31,23 +42,94 @@ func openAPIDocument(publicURL, env string) ([]byte, error) {
 	if err := enc.Encode(doc); err != nil {
 		return nil, fmt.Errorf("embedded openapi.json: %w", err)
 	}
-	return out.Bytes(), nil
+	return asciiJSON(out.Bytes()), nil
+}
+
+// asciiJSON escapes every code point outside ASCII in a JSON text as
+// \uXXXX (a surrogate pair above U+FFFF). Outside ASCII there are only
+// string contents, where the escape means the same.
+func asciiJSON(b []byte) []byte {
+	out := make([]byte, 0, len(b)+len(b)/8)
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if r < utf8.RuneSelf {
+			out = append(out, b[0])
+		} else {
+			for _, u := range utf16.Encode([]rune{r}) {
+				out = fmt.Appendf(out, `\u%04x`, u)
+			}
+		}
+		b = b[n:]
+	}
+	return out
 }
 
 // handleOpenAPI serves the document that openAPIDocument makes for
-// publicURL and env, made on the first request: start-up need not wait
-// for it.
+// publicURL and env, as docs.go serves the page's files: gzip to a client
+// that accepts it, else identity, each with an ETag of its own (answering
+// If-None-Match with 304). The document, its gzip and their tags are made
+// once, in the background from the start: start-up need not wait for
+// them, and a request rarely does.
 func handleOpenAPI(publicURL, env string) http.Handler {
-	doc := sync.OnceValues(func() ([]byte, error) { return openAPIDocument(publicURL, env) })
+	doc := sync.OnceValues(func() (*openAPIServed, error) { return serveOpenAPI(publicURL, env) })
+	go doc()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := doc()
+		d, err := doc()
 		if err != nil {
 			writeError(w, r, err)
 			return
 		}
 		h := w.Header()
-		h.Set("Content-Type", "application/json")
+		h.Add("Vary", "Accept-Encoding") // Add: CORS may have put Origin there
+		body, etag := d.plain, d.plainETag
+		if acceptsGzip(r.Header["Accept-Encoding"]) {
+			body, etag = d.gzip, d.gzipETag
+			h["Content-Encoding"] = gzipEncoding
+		}
+		h["Etag"] = etag
+		if etagMatches(r.Header["If-None-Match"], etag[0]) {
+			h.Del("Content-Encoding")
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		h["Content-Type"] = jsonContentType
 		h.Set("Content-Length", strconv.Itoa(len(body)))
-		w.Write(body)
+		w.WriteHeader(http.StatusOK)
+		if r.Method != http.MethodHead {
+			w.Write(body)
+		}
 	})
+}
+
+var gzipEncoding = []string{"gzip"}
+
+// openAPIServed is the served document in both encodings, with their
+// ETags as header values.
+type openAPIServed struct {
+	plain, gzip         []byte
+	plainETag, gzipETag []string
+}
+
+func serveOpenAPI(publicURL, env string) (*openAPIServed, error) {
+	plain, err := openAPIDocument(publicURL, env)
+	if err != nil {
+		return nil, err
+	}
+	var zb bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&zb, gzip.BestCompression)
+	if err == nil {
+		_, err = zw.Write(plain)
+	}
+	if err == nil {
+		err = zw.Close()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("gzip openapi.json: %w", err)
+	}
+	sum := sha256.Sum256(plain)
+	tag := hex.EncodeToString(sum[:16])
+	return &openAPIServed{
+		plain: plain, gzip: zb.Bytes(),
+		plainETag: []string{`"` + tag + `"`}, gzipETag: []string{`"` + tag + `-gzip"`},
+	}, nil
 }

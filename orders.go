@@ -17,8 +17,8 @@ const orderPlaced = "placed"
 
 // newOrder is the request body of POST /v1/store/orders.
 type newOrder struct {
-	PetID    *int64 `json:"petId"`
-	Quantity *int64 `json:"quantity"`
+	PetID    *jsonInt `json:"petId"`
+	Quantity *jsonInt `json:"quantity"`
 }
 
 // validate checks a new order and returns it as it is to be placed.
@@ -33,7 +33,7 @@ func (o newOrder) validate() (Order, *apiError) {
 	case *o.Quantity < 1 || *o.Quantity > maxOrderQuantity:
 		return Order{}, errorf("validation_failed", "quantity must be 1 to %d, got %d", maxOrderQuantity, *o.Quantity)
 	}
-	return Order{PetID: *o.PetID, Quantity: *o.Quantity, Status: orderPlaced}, nil
+	return Order{PetID: int64(*o.PetID), Quantity: int64(*o.Quantity), Status: orderPlaced}, nil
 }
 
 func handleOrderCreate(store Store, idem *idempotency) http.Handler {

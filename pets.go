@@ -14,9 +14,9 @@ var petStatuses = []string{"available", "pending", "sold"}
 
 // newPet is the request body of POST /v1/pets.
 type newPet struct {
-	Name       *string `json:"name"`
-	CategoryID *int64  `json:"categoryId"`
-	Status     *string `json:"status"`
+	Name       *string  `json:"name"`
+	CategoryID *jsonInt `json:"categoryId"`
+	Status     *string  `json:"status"`
 }
 
 // validate checks a new pet and returns it as it is to be stored.
@@ -38,7 +38,7 @@ func (p newPet) validate() (Pet, *apiError) {
 			return Pet{}, errorf("validation_failed", "status must be one of %s", strings.Join(petStatuses, ", "))
 		}
 	}
-	return Pet{Name: name, CategoryID: *p.CategoryID, Status: status}, nil
+	return Pet{Name: name, CategoryID: int64(*p.CategoryID), Status: status}, nil
 }
 
 func handlePetCreate(store Store, idem *idempotency) http.Handler {
