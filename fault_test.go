@@ -178,11 +178,11 @@ func TestLockedDatabaseGives503(t *testing.T) {
 
 // TestIdleConnectionsDoNotStarveClients holds 1,000 idle connections, half
 // of them never sending a byte and half after one request, and checks that
-// normal clients are still served. They all come from one address, as
-// through a proxy in front: the cap per address is off (--max-conns-per-addr
-// 0), and TestConnCapPerAddress tests it.
+// normal clients are still served. They come from four addresses
+// (127.0.0.2-5), 250 each, under the default --max-conns-per-addr of 256;
+// the normal client is 127.0.0.1.
 func TestIdleConnectionsDoNotStarveClients(t *testing.T) {
-	ts := startServer(t, "--max-conns-per-addr", "0")
+	ts := startServer(t)
 	addr := strings.TrimPrefix(ts.base, "http://")
 	var conns []net.Conn
 	defer func() {
@@ -191,7 +191,8 @@ func TestIdleConnectionsDoNotStarveClients(t *testing.T) {
 		}
 	}()
 	for i := range 1000 {
-		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%4))}}
+		c, err := d.Dial("tcp", addr)
 		if err != nil {
 			t.Fatalf("connection %d: %v", i, err)
 		}
