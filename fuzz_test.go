@@ -6,8 +6,10 @@ import (
 	"errors"
 	"io"
 	"math/big"
+	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -632,6 +634,36 @@ func FuzzDecodeDiff(f *testing.F) {
 			if got == "ok" && !reflect.DeepEqual(d1, d2) {
 				t.Fatalf("%T %q: decoded differently", d1, body)
 			}
+		}
+	})
+}
+
+// FuzzPatternsMatchServer holds the document's patterns to the server's
+// checks on any string: the name pattern to validName, the
+// Idempotency-Key pattern to idempotencyKey (on values without the white
+// space around them that HTTP trims).
+func FuzzPatternsMatchServer(f *testing.F) {
+	for _, s := range []string{"Dog", "  Dog  ", "", " ", "a\u200bb", "a\u200db", "\u2764\ufe0f", "\"abc\"", `"a\"b"`, "a\x00b",
+		strings.Repeat("x", 100), " " + strings.Repeat("x", 100) + " ", strings.Repeat("x", 256), "\u3000x\u2029", "x\U000e0001"} {
+		f.Add(s)
+	}
+	name := regexp.MustCompile(namePattern())
+	key := regexp.MustCompile(idemKeyPattern())
+	f.Fuzz(func(t *testing.T, s string) {
+		if !utf8.ValidString(s) {
+			return // a JSON string decodes to valid UTF-8
+		}
+		v := s
+		_, err := validName("name", &v)
+		if got := name.MatchString(s); got != (err == nil) {
+			t.Fatalf("name %+q: the pattern says %v, validName %v", s, got, err)
+		}
+		if s != strings.Trim(s, " \t") {
+			return
+		}
+		_, _, kerr := idempotencyKey(http.Header{"Idempotency-Key": {s}})
+		if got := key.MatchString(s); got != (kerr == nil) {
+			t.Fatalf("key %q: the pattern says %v, idempotencyKey %v", s, got, kerr)
 		}
 	})
 }
