@@ -22,6 +22,11 @@ var (
 	errRevoked     = errors.New("revoked")
 	errNoReference = errors.New("referenced row does not exist")
 	errUnavailable = errors.New("database unavailable")
+	// errDBAway is errUnavailable for a database that cannot be reached, or
+	// that answers as a standby or as shutting down: an outage or a
+	// failover, which a retry a second later may find over (its 503 says
+	// Retry-After: 1, retryAfterAway).
+	errDBAway = fmt.Errorf("%w: no read-write server reached", errUnavailable)
 	// errIdemExists: a create's Idempotency-Key has an answer stored
 	// already (or one committed meanwhile); nothing was written.
 	errIdemExists = errors.New("idempotency key has a stored answer")
