@@ -138,6 +138,9 @@ func openPostgres(ctx context.Context, db string, o storeOptions) (*pgStore, err
 	}
 	s := &pgStore{pool: pool, idemLocks: newPgIdemLocks(cfg.ConnConfig, schema), acmeLock: newPgACMELock(cfg.ConnConfig, schema),
 		now: o.now, busy: o.busy}
+	reset := cfg.ConnConfig.Tracer.(*pgConnReset)
+	reset.pool.Store(pool)
+	reset.locks.Store(s.idemLocks)
 	s.group = newGroupCommitter(s.commitBatch)
 	if o.migrate {
 		if err := s.fillNameCmp(ctx); err != nil {

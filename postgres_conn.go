@@ -9,10 +9,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -88,21 +90,30 @@ var pgReadOnlyParams = []string{"default_transaction_read_only", "in_hot_standby
 // pgFollowsPrimary sets up cfg, the pool's configuration read from the URL
 // db, to follow a failover: its connections (and the lock connections,
 // copied from it) dialled by pgDial, with at most pgConnectTimeout (or the
-// URL's connect_timeout) per host and never more than busy, dropped after
+// URL's connect_timeout) per host and never more than busy (half of it
+// with several hosts), dropped after
 // the errors of pgKeepsConn; and with several hosts and no
 // target_session_attrs (in the URL or PGTARGETSESSIONATTRS), made only to
 // a read-write one, a pooled connection whose server turned read-only
 // since (default_transaction_read_only set and reloaded: a fenced old
-// primary) being dropped before it is used again.
+// primary) being dropped before it is used again. When one connection
+// breaks, every other is dropped too (pgConnReset).
 func pgFollowsPrimary(cfg *pgxpool.Config, db string, busy time.Duration) {
 	cc := cfg.ConnConfig
 	if cc.ConnectTimeout == 0 {
 		cc.ConnectTimeout = pgConnectTimeout
 	}
+	hosts := pgHostCount(cc)
+	// A connection made for a request (a lock connection's) must reach the
+	// next host within the request's busy timeout when the first vanished.
+	if hosts > 1 {
+		busy /= 2
+	}
 	cc.ConnectTimeout = min(cc.ConnectTimeout, busy)
 	cc.DialFunc = pgDial()
 	cc.OnPgError = pgKeepsConn
-	if pgHostCount(cc) < 2 || cc.ValidateConnect != nil || pgSessionAttrsGiven(db) {
+	cc.Tracer = &pgConnReset{} // openPostgres tells it the pool and the locks
+	if hosts < 2 || cc.ValidateConnect != nil || pgSessionAttrsGiven(db) {
 		return
 	}
 	cc.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsReadWrite
@@ -134,4 +145,61 @@ func pgSessionAttrsGiven(db string) bool {
 	}
 	u, _, err := parseDBURL(db)
 	return err == nil && u.Query().Has("target_session_attrs")
+}
+
+// pgResetEvery bounds how often pgConnReset drops every connection: a
+// database that times out every request under load is not also made to
+// take a storm of new connections.
+const pgResetEvery = time.Second
+
+// pgConnReset drops every connection of the store, the pool's and the lock
+// ones, when one of them broke during a statement (a cut socket, a busy
+// timeout, a server that shut it down or answered read-only: the driver
+// closed it), not by the client's hang-up. The others went to the same
+// host, and are most likely as dead: a host that vanished without a word
+// would otherwise cost each of them a whole busy timeout, one at a time,
+// before the first new connection is tried. It is the driver's tracer,
+// which sees every statement end, on every connection made from the
+// pool's configuration.
+type pgConnReset struct {
+	pool  atomic.Pointer[pgxpool.Pool]
+	locks atomic.Pointer[pgIdemLocks]
+	last  atomic.Int64 // when it last dropped them, in Unix nanoseconds
+}
+
+func (r *pgConnReset) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+func (r *pgConnReset) TraceQueryEnd(ctx context.Context, conn *pgx.Conn, d pgx.TraceQueryEndData) {
+	r.broke(conn, d.Err)
+}
+
+func (r *pgConnReset) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (r *pgConnReset) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (r *pgConnReset) TraceBatchEnd(ctx context.Context, conn *pgx.Conn, d pgx.TraceBatchEndData) {
+	r.broke(conn, d.Err)
+}
+
+// broke drops every connection if conn broke with err, at most once every
+// pgResetEvery. Those in use go when they are released (the pool's) or
+// before their next use (the lock ones).
+func (r *pgConnReset) broke(conn *pgx.Conn, err error) {
+	if err == nil || !conn.IsClosed() || errors.Is(err, context.Canceled) {
+		return
+	}
+	now, last := time.Now().UnixNano(), r.last.Load()
+	if now-last < int64(pgResetEvery) || !r.last.CompareAndSwap(last, now) {
+		return
+	}
+	if p := r.pool.Load(); p != nil {
+		go p.Reset() // not on the connection's own call path
+	}
+	if l := r.locks.Load(); l != nil {
+		l.resetAll()
+	}
 }

@@ -15,7 +15,8 @@ import (
 // (DECISIONS.md section 19). With several hosts and no
 // target_session_attrs, only to a read-write one; 2 s per host without a
 // connect_timeout, the URL's when it has one, never more than the busy
-// timeout; and every connection, the pool's and the lock ones', dialled
+// timeout (half of it with several hosts: the next host must have time);
+// and every connection, the pool's and the lock ones', dialled
 // with TCP keepalives and a TCP_USER_TIMEOUT of at most 10 s. No server
 // needed: the dialer is tried on a listener of the test's.
 func TestPostgresConnConfig(t *testing.T) {
@@ -30,7 +31,8 @@ func TestPostgresConnConfig(t *testing.T) {
 		{"postgres://u@[::1]:1,[::1]:2/x?sslmode=disable", 5 * time.Second, 2 * time.Second, true},
 		{"postgres://u@127.0.0.1:1,127.0.0.1:2/x?connect_timeout=1", 5 * time.Second, time.Second, true},
 		{"postgres://u@127.0.0.1:1,127.0.0.1:2/x?connect_timeout=10", 5 * time.Second, 5 * time.Second, true},
-		{"postgres://u@127.0.0.1:1,127.0.0.1:2/x", time.Second, time.Second, true},
+		{"postgres://u@127.0.0.1:1,127.0.0.1:2/x", time.Second, 500 * time.Millisecond, true},
+		{"postgres://u@127.0.0.1:1/x", time.Second, time.Second, false},
 		{"postgres://u@127.0.0.1:1,127.0.0.1:2/x?target_session_attrs=any", 5 * time.Second, 2 * time.Second, false},
 		{"postgres://u@127.0.0.1:1/x?target_session_attrs=read-write", 5 * time.Second, 2 * time.Second, true},
 	}

@@ -293,7 +293,9 @@ func (l *pgIdemLocks) begin(ctx context.Context, r idemRequest) (*idemAnswer, er
 
 // end unlocks r's lock, if begin took one. A lock whose connection broke
 // meanwhile went with it. When the unlock cannot run, the connection is
-// closed before its next use: its session ends, and the lock with it.
+// closed before its next use: its session ends, and the lock with it. A
+// connection to be reset (its host likely gone: pgConnReset) is closed
+// instead of waiting for an unlock that may not come.
 func (l *pgIdemLocks) end(ctx context.Context, r idemRequest) error {
 	l.mu.Lock()
 	h, ok := l.held[r.Owner]
@@ -322,6 +324,10 @@ func (l *pgIdemLocks) end(ctx context.Context, r idemRequest) error {
 	}
 	defer func() { <-c.sem }()
 	if c.conn == nil || c.gen != h.gen {
+		return nil
+	}
+	if c.reset.Swap(false) { // its host is likely gone: end the session instead
+		c.close()
 		return nil
 	}
 	if _, err := c.conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", h.key); err != nil {
@@ -369,6 +375,7 @@ func (l *pgIdemLocks) use(ctx context.Context, i int, fn func(context.Context, *
 			}
 			c.conn = conn
 			c.gen++
+			c.reset.Store(false) // a reset was for the connection before this one
 		}
 		err := fn(ctx, c.conn)
 		if err == nil {
@@ -401,6 +408,15 @@ func (c *pgLockConn) close() {
 	defer cancel()
 	c.conn.Close(ctx)
 	c.conn = nil
+}
+
+// resetAll has every lock connection closed before its next use: its host
+// is likely gone (pgConnReset). The locks in it go with it; the unique
+// (key_id, idem_key) stays the backstop.
+func (l *pgIdemLocks) resetAll() {
+	for i := range l.conns {
+		l.conns[i].reset.Store(true)
+	}
 }
 
 // closeAll closes every lock connection, for the store's Close.
