@@ -1,6 +1,7 @@
 // health.go owns the health checks: liveness (/healthz) and readiness
 // (/readyz: a certificate can be served and the database answers; its body
-// says where rate limits are kept), on both listeners.
+// says where rate limits are kept and, on PostgreSQL, its synchronous
+// replication), on both listeners.
 
 package main
 
@@ -8,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"strconv"
 	"time"
 )
 
@@ -53,6 +55,15 @@ func handleReady(store Store, lim rateLimiter, certs certSource) http.Handler {
 			body["limits"], body["redis"] = "local", "not answering"
 			if b.up {
 				body["limits"], body["redis"] = "redis", "up"
+			}
+		}
+		// What a failover would keep (DECISIONS.md section 19), as the
+		// store last read it.
+		if rp := store.Replication(); rp.Shown {
+			body["synchronous_commit"], body["synchronous_standby_names"] = rp.SyncCommit, rp.SyncNames
+			body["synchronous_standbys"] = "unknown"
+			if rp.SyncStandbys >= 0 {
+				body["synchronous_standbys"] = strconv.Itoa(rp.SyncStandbys)
 			}
 		}
 		writeJSON(w, http.StatusOK, body)

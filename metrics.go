@@ -107,6 +107,9 @@ func newServerMetrics(lim rateLimiter, store Store) *serverMetrics {
 	set.NewGauge("petstore_limiter_tracked_keys", func() float64 { return float64(lim.stats().keys) })
 	set.NewGauge("petstore_limiter_tracked_addrs", func() float64 { return float64(lim.stats().addrs) })
 	set.NewGauge(`petstore_build_info{version="`+buildVersion()+`",goversion="`+runtime.Version()+`"}`, func() float64 { return 1 })
+	if store.Replication().Shown {
+		set.NewGauge("petstore_db_synchronous_standbys", func() float64 { return float64(store.Replication().SyncStandbys) })
+	}
 	return m
 }
 
@@ -234,6 +237,7 @@ var families = map[string]family{
 	"petstore_tls_certificate_expiry_timestamp_seconds": {help: "When each served certificate expires (its NotAfter), in seconds since the Unix epoch, by name."},
 	"petstore_tls_handshake_errors_total":               {help: "TLS handshakes on the API listener that failed (plain HTTP, a bad or truncated ClientHello, a client refusing the certificate)."},
 	"petstore_acme_failures_total":                      {help: "Attempts to obtain or renew a certificate from the ACME CA that failed."},
+	"petstore_db_synchronous_standbys":                  {help: "PostgreSQL standbys that confirm each commit (synchronous), as read at start and each minute; 0: a failover may lose acknowledged writes; -1: unknown (grant pg_monitor)."},
 
 	// The Go runtime's, from runtime/metrics and runtime.MemStats.
 	// Histograms from runtime/metrics, which keeps no sum: their _count is

@@ -42,6 +42,10 @@ type pgStore struct {
 	now       func() time.Time
 	busy      time.Duration
 
+	hosts  int                         // hosts the URL lists
+	repl   atomic.Pointer[replication] // as last read (postgres_replication.go)
+	closed chan struct{}               // closed by Close: the watch ends
+
 	group             *groupCommitter[*pgBatch]
 	categoriesGen     sharedRead
 	categoryListReads atomic.Uint64
@@ -137,7 +141,7 @@ func openPostgres(ctx context.Context, db string, o storeOptions) (*pgStore, err
 		return nil, fmt.Errorf("open database %s: %w", shown, describePostgres(err))
 	}
 	s := &pgStore{pool: pool, idemLocks: newPgIdemLocks(cfg.ConnConfig, schema), acmeLock: newPgACMELock(cfg.ConnConfig, schema),
-		now: o.now, busy: o.busy}
+		now: o.now, busy: o.busy, hosts: pgHostCount(cfg.ConnConfig), closed: make(chan struct{})}
 	reset := cfg.ConnConfig.Tracer.(*pgConnReset)
 	reset.pool.Store(pool)
 	reset.locks.Store(s.idemLocks)
@@ -149,6 +153,8 @@ func openPostgres(ctx context.Context, db string, o storeOptions) (*pgStore, err
 			return nil, err
 		}
 	}
+	s.readReplication(ctx) // unknown until it reads (Replication)
+	go s.watchReplication()
 	return s, nil
 }
 
@@ -174,6 +180,7 @@ func (s *pgStore) op(ctx context.Context) (context.Context, context.CancelFunc) 
 }
 
 func (s *pgStore) Close() error {
+	close(s.closed)
 	s.group.close()
 	s.idemLocks.closeAll()
 	s.pool.Close()

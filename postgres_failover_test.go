@@ -596,3 +596,81 @@ func wantReadOnly(t *testing.T, db string) {
 		t.Errorf("serve on the read-only %s: exit %d, %q; want 1, the database is read-only", db, code, msg.String())
 	}
 }
+
+// TestPostgresDurabilityShown: what a failover would keep is shown, not
+// assumed. With several hosts and no synchronous standby, serve warns at
+// start ("a failover may lose acknowledged writes"), and /readyz and
+// petstore_db_synchronous_standbys say 0; for a role that may not read
+// pg_stat_replication's sync_state (no pg_monitor), "unknown" and -1, and
+// a warning that says to grant it; with a synchronous standby, 1 and no
+// warning. The store reads them again each minute (here, at once).
+func TestPostgresDurabilityShown(t *testing.T) {
+	t.Parallel()
+	c := newPGCluster(t)
+	a := c.addPrimary("a")
+	a.exec("CREATE ROLE app LOGIN")
+	a.exec("CREATE DATABASE appdb OWNER app")
+	b := c.addStandby("b", a, pgStandbyOptions{})
+	db := pgMultiHost(a.addr(), b.addr())
+	key := pmBigKey(t, db)
+	appDB := strings.Replace(strings.Replace(db, "postgres@", "app@", 1), "/petstore?", "/appdb?", 1)
+	appKey := pmBigKey(t, appDB)
+
+	st, err := openStore(context.Background(), db, storeOptions{busy: defaultBusyTimeout, now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+
+	for _, tt := range []struct {
+		name, db, key, want, metric, warn string
+	}{
+		{"asynchronous standby", db, key, "0", "0", "a failover may lose acknowledged writes"},
+		{"no pg_monitor", appDB, appKey, "unknown", "-1", "pg_monitor"},
+	} {
+		ts := startServerOn(t, tt.db, tt.key)
+		foDurability(t, tt.name, ts, tt.want, tt.metric, tt.warn)
+	}
+	if got := st.Replication().SyncStandbys; got != 0 {
+		t.Errorf("the store read %d synchronous standbys at start, want 0", got)
+	}
+
+	a.syncOn(b)
+	ts := startServerOn(t, db, key)
+	foDurability(t, "synchronous standby", ts, "1", "1", "")
+	st.(*pgStore).readReplication(context.Background())
+	if r := st.Replication(); r.SyncStandbys != 1 || r.SyncCommit != "on" || !strings.Contains(r.SyncNames, "b") {
+		t.Errorf("the store read %+v again, want 1 synchronous standby, synchronous_commit on, b named", r)
+	}
+}
+
+// foDurability checks what serve ts says of its database's synchronous
+// standbys: want in /readyz, metric in the metrics, and a start-up WARN
+// that holds warn (none when warn is "").
+func foDurability(t *testing.T, name string, ts *testServer, want, metric, warn string) {
+	t.Helper()
+	r := ts.do(t, "GET", "/readyz", "", "")
+	var body map[string]string
+	if err := json.Unmarshal(r.body, &body); err != nil || r.status != 200 || body["synchronous_standbys"] != want {
+		t.Errorf("%s: /readyz %d %s, want synchronous_standbys %q", name, r.status, r.body, want)
+	}
+	if body["synchronous_commit"] != "on" {
+		t.Errorf("%s: /readyz says synchronous_commit %q, want on", name, body["synchronous_commit"])
+	}
+	metrics := ts.get(t, ts.admin+"/metrics")
+	if line := "petstore_db_synchronous_standbys " + metric; !strings.Contains(metrics, "\n"+line+"\n") {
+		t.Errorf("%s: the metrics have no line %q", name, line)
+	}
+	warned := ""
+	for line := range strings.SplitSeq(ts.stderr.String(), "\n") {
+		if strings.Contains(line, "level=WARN") && strings.Contains(line, "synchronous") {
+			warned = line
+		}
+	}
+	switch {
+	case warn == "" && warned != "":
+		t.Errorf("%s: a warning at start: %s", name, warned)
+	case warn != "" && !strings.Contains(warned, warn):
+		t.Errorf("%s: start-up warning %q, want one that says %q", name, warned, warn)
+	}
+}
