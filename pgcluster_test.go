@@ -438,10 +438,16 @@ func (n *pgNode) waitStreaming(standby *pgNode) {
 // at most 30 s.
 func (n *pgNode) waitFor(what, query string) {
 	n.c.t.Helper()
+	n.waitForIn("postgres", what, query)
+}
+
+// waitForIn is waitFor on the node's database db.
+func (n *pgNode) waitForIn(db, what, query string) {
+	n.c.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var ok bool
-		err := n.queryRow(query).Scan(&ok)
+		err := n.queryRowIn(db, query).Scan(&ok)
 		if err == nil && ok {
 			return
 		}

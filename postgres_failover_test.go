@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -250,6 +253,13 @@ func (l *foLoad) check(t *testing.T) (answered503 int) {
 	if bad > 10 {
 		t.Errorf("%d bad answers in all", bad)
 	}
+	replays := 0
+	for _, tr := range l.snapshot() {
+		if tr.status == 201 && tr.replayed {
+			replays++
+		}
+	}
+	t.Logf("%d creates resent after a 503 were answered with the original 201 (Idempotency-Replayed): their first try had committed", replays)
 	return answered503
 }
 
@@ -672,5 +682,184 @@ func foDurability(t *testing.T, name string, ts *testServer, want, metric, warn 
 		t.Errorf("%s: a warning at start: %s", name, warned)
 	case warn != "" && !strings.Contains(warned, warn):
 		t.Errorf("%s: start-up warning %q, want one that says %q", name, warned, warn)
+	}
+}
+
+// foCommitCut is a TCP proxy to a primary that, once armed, cuts the next
+// transaction of creates (one that takes lockCatalog) at its COMMIT:
+// holding the server's answers from then on (the commit happens, its
+// answer is lost), or holding the COMMIT itself (it never happens).
+type foCommitCut struct {
+	ln     net.Listener
+	target string
+	mode   atomic.Int32 // foForward, foLoseAnswer or foLoseCommit
+	once   sync.Once
+	held   chan struct{} // closed when a COMMIT was cut
+	wg     sync.WaitGroup
+}
+
+const (
+	foForward = iota
+	foLoseAnswer
+	foLoseCommit
+)
+
+func startFOCommitCut(t *testing.T, target string) *foCommitCut {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &foCommitCut{ln: ln, target: target, held: make(chan struct{})}
+	var conns sync.Map
+	p.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Store(c, true)
+			p.wg.Go(func() { p.forward(c) })
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		conns.Range(func(c, _ any) bool { c.(net.Conn).Close(); return true })
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *foCommitCut) addr() string { return p.ln.Addr().String() }
+
+func (p *foCommitCut) forward(c net.Conn) {
+	defer c.Close()
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	var mute atomic.Bool // this connection's answers are held
+	done := make(chan struct{}, 2)
+	go func() { // the server's answers
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := up.Read(buf)
+			if n > 0 && !mute.Load() {
+				if _, werr := c.Write(buf[:n]); werr != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		done <- struct{}{}
+	}()
+	go func() { // the client's messages
+		buf := make([]byte, 32<<10)
+		creating := false // a transaction of creates (lockCatalog) is open
+		for {
+			n, err := c.Read(buf)
+			if n > 0 {
+				creating = creating || bytes.Contains(buf[:n], []byte(lockCatalog))
+				mode := p.mode.Load()
+				// pgx's COMMIT: a simple Query message.
+				if creating && mode != foForward && bytes.Contains(buf[:n], []byte("Q\x00\x00\x00\x0bcommit\x00")) && p.mode.CompareAndSwap(mode, foForward) {
+					mute.Store(true)
+					p.once.Do(func() { close(p.held) })
+					if mode == foLoseCommit {
+						n = 0
+					}
+				}
+				if _, werr := up.Write(buf[:n]); werr != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		done <- struct{}{}
+	}()
+	<-done
+}
+
+// TestPostgresFailoverKeyedCreateCut: a keyed create cut by the failover
+// at its COMMIT answers 503; resent with its Idempotency-Key after the
+// promotion, it gets the original answer when the commit reached the
+// standby (the primary committed, and died before its answer came back),
+// and runs, once, when it did not (the COMMIT never reached the primary).
+func TestPostgresFailoverKeyedCreateCut(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		mode     int32
+		replayed bool
+	}{
+		{"the answer lost", foLoseAnswer, true},
+		{"the commit lost", foLoseCommit, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := newPGCluster(t)
+			a := c.addPrimary("a")
+			b := c.addStandby("b", a, pgStandbyOptions{})
+			a.syncOn(b)
+			cut := startFOCommitCut(t, a.addr())
+			db := pgMultiHost(cut.addr(), b.addr())
+			key := pmBigKey(t, db)
+			ts := startServerOn(t, db, key)
+			if r := ts.do(t, "POST", "/v1/categories", key, `{"name":"warm"}`, "Idempotency-Key", "warm"); r.status != 201 {
+				t.Fatalf("a create before the cut: %d %s", r.status, r.body)
+			}
+
+			cut.mode.Store(tt.mode)
+			const name = "cut-create"
+			first := make(chan response, 1)
+			go func() {
+				r, _, err := pmSend(ts, foAnswerWithin+10*time.Second, "POST", "/v1/categories", key, fmt.Sprintf(`{"name":%q}`, name), "Idempotency-Key", name)
+				if err != nil {
+					r.status = -1
+				}
+				first <- r
+			}()
+			select {
+			case <-cut.held:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no COMMIT went through the proxy within 10s")
+			}
+			if tt.replayed { // the primary committed: the standby has it (synchronous replication)
+				b.waitForIn("petstore", "the row on the standby", "SELECT count(*) = 1 FROM categories WHERE name = '"+name+"'")
+			}
+			a.kill()
+			promotedAt := b.promote()
+			r := <-first
+			if r.status != 503 || pmErrorCode(r.body) != "unavailable" || r.header.Get("Retry-After") == "" {
+				t.Fatalf("the create cut at its commit: %d %s Retry-After %q, want 503 unavailable with Retry-After", r.status, r.body, r.header.Get("Retry-After"))
+			}
+			var again response
+			for {
+				again, _, _ = pmSend(ts, foAnswerWithin+10*time.Second, "POST", "/v1/categories", key, fmt.Sprintf(`{"name":%q}`, name), "Idempotency-Key", name)
+				if again.status == 201 || time.Since(promotedAt) > 10*time.Second {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			var cat Category
+			if again.status != 201 || json.Unmarshal(again.body, &cat) != nil {
+				t.Fatalf("resent after the promotion: %d %s, want 201", again.status, again.body)
+			}
+			if replayed := again.header.Get("Idempotency-Replayed") == "true"; replayed != tt.replayed {
+				t.Errorf("resent: Idempotency-Replayed %v, want %v", replayed, tt.replayed)
+			}
+			var n int
+			var id int64
+			if err := b.queryRowIn("petstore", "SELECT count(*), max(id) FROM categories WHERE name = $1", name).Scan(&n, &id); err != nil {
+				t.Fatal(err)
+			}
+			if n != 1 || id != cat.ID {
+				t.Errorf("the new primary has %d rows named %s (id %d), want 1 with the id answered, %d", n, name, id, cat.ID)
+			}
+		})
 	}
 }
