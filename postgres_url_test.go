@@ -228,7 +228,7 @@ func driverReadsAsGo(db string) error {
 }
 
 // hostListOf splits a host list as written in a URL into host:port
-// entries, as libpq reads it: percent-decoded, an IPv6 address in
+// entries, as libpq reads it: percent-decoded and trimmed of spaces, an IPv6 address in
 // brackets, "" where a host is left out and 5432 where a port is (in a
 // list, the driver takes no PGPORT), each entry once in a row (as
 // driverHosts). An entry that does not decode is kept as written.
@@ -246,6 +246,7 @@ func hostListOf(hosts string) []string {
 		if d, err := url.PathUnescape(host); err == nil {
 			host = d
 		}
+		host = strings.Trim(host, " ") // as the driver's uriDecode
 		if host == "" {
 			list = append(list, "")
 			continue
