@@ -56,8 +56,12 @@ func errorf(code, format string, args ...any) *apiError {
 }
 
 // retryAfterUnavailable is the Retry-After of a 503: a lock or a full disk
-// rarely clears within a second.
-const retryAfterUnavailable = "5"
+// rarely clears within a second. retryAfterAway is that of errDBAway: a
+// promoted standby takes writes within seconds (DECISIONS.md section 19).
+const (
+	retryAfterUnavailable = "5"
+	retryAfterAway        = "1"
+)
 
 // writeError answers with err as an Error object: an *apiError as it is,
 // errUnavailable as a 503, anything else as a 500 whose cause goes to the
@@ -68,7 +72,11 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &ae):
 	case errors.Is(err, errUnavailable):
 		noteError(r, err)
-		w.Header().Set("Retry-After", retryAfterUnavailable)
+		if errors.Is(err, errDBAway) {
+			w.Header().Set("Retry-After", retryAfterAway)
+		} else {
+			w.Header().Set("Retry-After", retryAfterUnavailable)
+		}
 		ae = errorf("unavailable", "the database is busy or cannot be written; retry later")
 	default:
 		noteError(r, err)

@@ -26,6 +26,7 @@ func TestWriteError(t *testing.T) {
 		{"api error", errorf("conflict", "taken"), 409, "conflict", ""},
 		{"wrapped api error", fmt.Errorf("ctx: %w", errorf("validation_failed", "bad")), 400, "validation_failed", ""},
 		{"database unavailable", fmt.Errorf("insert: %w", errUnavailable), 503, "unavailable", "5"},
+		{"database away", fmt.Errorf("insert: %w: dial: refused", errDBAway), 503, "unavailable", "1"},
 		{"anything else", errors.New("secret cause"), 500, "internal_error", ""},
 	}
 	for _, tt := range tests {

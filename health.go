@@ -1,13 +1,15 @@
 // health.go owns the health checks: liveness (/healthz) and readiness
 // (/readyz: a certificate can be served and the database answered within
 // the last second, keyless.go's readiness; its body says where rate limits
-// are kept), on both listeners.
+// are kept and, on PostgreSQL, its synchronous replication), on both
+// listeners.
 
 package main
 
 import (
 	"bytes"
 	"net/http"
+	"strconv"
 )
 
 func handleHealth(env string) http.Handler {
@@ -51,6 +53,15 @@ func handleReady(ready *readiness, lim rateLimiter, certs certSource) http.Handl
 			body["limits"], body["redis"] = "local", "not answering"
 			if b.up {
 				body["limits"], body["redis"] = "redis", "up"
+			}
+		}
+		// What a failover would keep (DECISIONS.md section 19), as the
+		// store last read it.
+		if rp := ready.store.Replication(); rp.Shown {
+			body["synchronous_commit"], body["synchronous_standby_names"] = rp.SyncCommit, rp.SyncNames
+			body["synchronous_standbys"] = "unknown"
+			if rp.SyncStandbys >= 0 {
+				body["synchronous_standbys"] = strconv.Itoa(rp.SyncStandbys)
 			}
 		}
 		writeJSON(w, http.StatusOK, body)

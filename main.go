@@ -104,6 +104,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		return err
 	}
 	store = wrapStore(ctx, store)
+	warnReplication(logger, store.Replication())
 	listening := false // "stopped" only follows "listening": a failed start prints its error alone
 	defer func() {
 		// Runs last: after the servers drained and the upkeep wrote the

@@ -20,6 +20,7 @@ var testVariables = []struct{ name, what string }{
 	{codegenEnv, "the client generators"},
 	{pebbleEnv, "the ACME test CA"},
 	{socketActivateEnv, "systemd-socket-activate"},
+	{pgBinEnv, "PostgreSQL's server binaries, for the failover tests"},
 }
 
 // TestMain lets a test re-run this binary as the real petstore process
@@ -44,7 +45,9 @@ func TestMain(m *testing.M) {
 	if len(unset) > 0 {
 		fmt.Fprintf(os.Stderr, "petstore tests: not set, so the tests that need them skip: %s; see the README's Quick start\n", strings.Join(unset, ", "))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removePGTemplate()
+	os.Exit(code)
 }
 
 // lockDatabase is what this test binary does when TestMain finds

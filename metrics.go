@@ -107,6 +107,9 @@ func newServerMetrics(lim rateLimiter, store Store) *serverMetrics {
 	set.NewGauge("petstore_limiter_tracked_keys", func() float64 { return float64(lim.stats().keys) })
 	set.NewGauge("petstore_limiter_tracked_addrs", func() float64 { return float64(lim.stats().addrs) })
 	set.NewGauge(`petstore_build_info{version="`+buildVersion()+`",goversion="`+runtime.Version()+`"}`, func() float64 { return 1 })
+	if store.Replication().Shown {
+		set.NewGauge("petstore_db_synchronous_standbys", func() float64 { return float64(store.Replication().SyncStandbys) })
+	}
 	return m
 }
 
@@ -239,6 +242,7 @@ var families = map[string]family{
 	"petstore_connections_max":                          {help: "The cap on connections open on the API and plain listeners together (--max-conns, or its default)."},
 	"petstore_connections_refused_total":                {help: "Connections closed at accept, before any TLS, by listener and by the cap reached: max_conns_per_addr, max_conns."},
 	"petstore_connections_closed_total":                 {help: "Connections petstore closed without a request: http2_no_stream (no first stream within --read-header-timeout)."},
+	"petstore_db_synchronous_standbys":                  {help: "PostgreSQL standbys that confirm each commit (synchronous), as read at start and each minute; 0: a failover may lose acknowledged writes; -1: unknown (grant pg_monitor)."},
 
 	// The Go runtime's, from runtime/metrics and runtime.MemStats.
 	// Histograms from runtime/metrics, which keeps no sum: their _count is

@@ -10,7 +10,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,6 +42,10 @@ type pgStore struct {
 	now       func() time.Time
 	busy      time.Duration
 
+	hosts  int                         // hosts the URL lists
+	repl   atomic.Pointer[replication] // as last read (postgres_replication.go)
+	closed chan struct{}               // closed by Close: the watch ends
+
 	group             *groupCommitter[*pgBatch]
 	categoriesGen     sharedRead
 	categoryListReads atomic.Uint64
@@ -53,89 +56,6 @@ type pgStore struct {
 // of either store.
 var _ Store = (*pgStore)(nil)
 
-// checkPostgresURL refuses, as bad usage, a postgres:// URL that does not
-// parse, or that Go's URL parser (which redactDB masks by) and the driver
-// read differently (pgURLReadsAlike). Its messages quote no part of the
-// URL: the part one parser takes for a host or a database may be what the
-// user meant as the password.
-func checkPostgresURL(db string) error {
-	if _, err := url.Parse(db); err != nil {
-		// Not url.Parse's words: they quote a part of the URL, which may
-		// be a part of the password ("invalid port \":s3cr\"").
-		return usagef("--db: the PostgreSQL URL does not parse; %s", percentEncodeHint)
-	}
-	if !pgURLReadsAlike(db) {
-		return usagef("--db: the PostgreSQL URL reads two ways (an @, /, ?, # or space in the password, user name or database name); %s", percentEncodeHint)
-	}
-	return nil
-}
-
-// pgURLReadsAlike reports whether Go's net/url and the driver split the
-// postgres:// URL db into the same user information, hosts and database,
-// and no '@' or space is left in the database. The driver (pgconn's
-// parse_url.go) reads a URL as libpq does: the user information ends at the
-// first '@' before any '/', the host list at the first '/' or '?' outside
-// an IPv6 address's brackets, and '#' is an ordinary character. net/url
-// cuts a fragment at the first '#', then a query at the first '?'; the
-// authority ends at the first '/', and the user information at its last
-// '@'. So 'postgres://u:p@ss@h/db' is user u at host ss@h to the driver,
-// and 'postgres://u:12/34@h/db' is database 34@h/db to both.
-func pgURLReadsAlike(db string) bool {
-	_, rest, _ := strings.Cut(db, "://")
-	if strings.Contains(rest, "#") {
-		return false
-	}
-	auth := rest
-	if i := strings.IndexAny(rest, "/?"); i >= 0 {
-		auth = rest[:i]
-	}
-	goUser, goHosts := "", auth
-	if i := strings.LastIndexByte(auth, '@'); i >= 0 {
-		goUser, goHosts = auth[:i+1], auth[i+1:]
-	}
-	drvUser, p := "", rest
-	if i := strings.IndexAny(p, "@/"); i >= 0 && p[i] == '@' {
-		drvUser, p = p[:i+1], p[i+1:]
-	}
-	drvHosts, p := libpqHostList(p)
-	if goUser != drvUser || goHosts != drvHosts {
-		return false
-	}
-	path, _, _ := strings.Cut(p, "?")
-	return !strings.ContainsAny(path, "@ ")
-}
-
-// libpqHostList splits p, a URL after its user information, into its
-// comma-separated host[:port] list and the rest, as libpq does.
-func libpqHostList(p string) (hosts, rest string) {
-	i := 0
-	for {
-		if i < len(p) && p[i] == '[' {
-			end := strings.IndexByte(p[i:], ']')
-			if end < 0 {
-				return p, ""
-			}
-			i += end + 1
-		} else if j := strings.IndexAny(p[i:], ":/?,"); j >= 0 {
-			i += j
-		} else {
-			i = len(p)
-		}
-		if i < len(p) && p[i] == ':' {
-			if j := strings.IndexAny(p[i:], "/?,"); j >= 0 {
-				i += j
-			} else {
-				i = len(p)
-			}
-		}
-		if i < len(p) && p[i] == ',' {
-			i++
-			continue
-		}
-		return p[:i], p[i:]
-	}
-}
-
 // postgresConfig parses a postgres:// URL into the pool's configuration;
 // the PG* variables and ~/.pgpass fill in what it leaves out, as they do
 // for psql. Its errors never quote the password.
@@ -144,7 +64,7 @@ func postgresConfig(db string, o storeOptions) (*pgxpool.Config, error) {
 		return nil, err
 	}
 	shown := redactDB(db)
-	u, err := url.Parse(db)
+	u, _, err := parseDBURL(db)
 	if err != nil {
 		return nil, err // checkPostgresURL parsed it
 	}
@@ -159,9 +79,7 @@ func postgresConfig(db string, o storeOptions) (*pgxpool.Config, error) {
 	if o.maxConns > 0 {
 		cfg.MaxConns = int32(o.maxConns)
 	}
-	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > o.busy {
-		cfg.ConnConfig.ConnectTimeout = o.busy
-	}
+	pgFollowsPrimary(cfg, db, o.busy) // postgres_conn.go
 	params := cfg.ConnConfig.RuntimeParams
 	if params["application_name"] == "" {
 		params["application_name"] = "petstore"
@@ -200,9 +118,16 @@ func openPostgres(ctx context.Context, db string, o storeOptions) (*pgStore, err
 	// busy timeout, before the migrations try it again.
 	pctx, cancel := context.WithTimeout(ctx, o.busy)
 	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
+	var readOnly bool
+	if err := pool.QueryRow(pctx, "SELECT current_setting('transaction_read_only') = 'on'").Scan(&readOnly); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open database %s: %w", shown, describePostgres(err))
+	}
+	// What writes (serve, migrate, keys) needs the primary; copy may read
+	// from a standby.
+	if readOnly && o.migrate {
+		pool.Close()
+		return nil, fmt.Errorf("open database %s: the database is read-only (a standby, or default_transaction_read_only is on): petstore writes to the primary", shown)
 	}
 	if o.migrate {
 		if err := migratePostgres(cfg, shown); err != nil {
@@ -220,7 +145,10 @@ func openPostgres(ctx context.Context, db string, o storeOptions) (*pgStore, err
 		return nil, fmt.Errorf("open database %s: %w", shown, describePostgres(err))
 	}
 	s := &pgStore{pool: pool, idemLocks: newPgIdemLocks(cfg.ConnConfig, schema), acmeLock: newPgACMELock(cfg.ConnConfig, schema),
-		now: o.now, busy: o.busy}
+		now: o.now, busy: o.busy, hosts: pgHostCount(cfg.ConnConfig), closed: make(chan struct{})}
+	reset := cfg.ConnConfig.Tracer.(*pgConnReset)
+	reset.pool.Store(pool)
+	reset.locks.Store(s.idemLocks)
 	s.group = newGroupCommitter(s.commitBatch)
 	if o.migrate {
 		if err := s.fillNameCmp(ctx); err != nil {
@@ -229,6 +157,8 @@ func openPostgres(ctx context.Context, db string, o storeOptions) (*pgStore, err
 			return nil, err
 		}
 	}
+	s.readReplication(ctx) // unknown until it reads (Replication)
+	go s.watchReplication()
 	return s, nil
 }
 
@@ -254,6 +184,7 @@ func (s *pgStore) op(ctx context.Context) (context.Context, context.CancelFunc) 
 }
 
 func (s *pgStore) Close() error {
+	close(s.closed)
 	s.group.close()
 	s.idemLocks.closeAll()
 	s.pool.Close()
@@ -304,11 +235,13 @@ func (s *pgStore) Stats() storeStats {
 // broken connection, a timeout, a closed pool), and the server's own
 // transient refusals (SQLSTATE classes 08 connection, 53 resources, 57
 // operator intervention, 58 system; serialization failures, deadlocks,
-// lock timeouts; a read-only server, as during a failover). Its other
-// errors (a constraint, a bug in a query) stay as they are: a 500. Errors
-// that are not the server's are taken as the way to it failing: a 503 for
-// a bug of ours (a scan into the wrong type) is less harm than a 500 for an
-// outage, which pgx reports in many shapes.
+// lock timeouts; a read-only server, as during a failover). Of those, the
+// way to the server, a connection error, a shutdown and a read-only answer
+// are errDBAway: an outage or a failover. Its other errors (a constraint,
+// a bug in a query) stay as they are: a 500. Errors that are not the
+// server's are taken as the way to it failing: a 503 for a bug of ours (a
+// scan into the wrong type) is less harm than a 500 for an outage, which
+// pgx reports in many shapes.
 func describePostgres(err error) error {
 	if err == nil || errors.Is(err, errUnavailable) || errors.Is(err, context.Canceled) {
 		return err // described already, or the client went away
@@ -317,10 +250,10 @@ func describePostgres(err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {
-		case strings.HasPrefix(pe.Code, "08"), strings.HasPrefix(pe.Code, "53"),
-			strings.HasPrefix(pe.Code, "57"), strings.HasPrefix(pe.Code, "58"),
-			pe.Code == "40001", pe.Code == "40P01", pe.Code == "55P03",
-			pe.Code == "25006": // read-only: a standby, or a failover under way
+		case strings.HasPrefix(pe.Code, "08"), pe.Code == "25006", pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03":
+			return fmt.Errorf("%w: %w", errDBAway, err)
+		case strings.HasPrefix(pe.Code, "53"), strings.HasPrefix(pe.Code, "57"), strings.HasPrefix(pe.Code, "58"),
+			pe.Code == "40001", pe.Code == "40P01", pe.Code == "55P03":
 			return fmt.Errorf("%w: %w", errUnavailable, err)
 		}
 		return err
@@ -328,7 +261,7 @@ func describePostgres(err error) error {
 	if errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", errUnavailable, err)
+	return fmt.Errorf("%w: %w", errDBAway, err)
 }
 
 // onceError is an error with a message of its own, keeping its cause.

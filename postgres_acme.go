@@ -100,10 +100,14 @@ func (l *pgACMELock) lock(ctx context.Context, busy time.Duration) (func(), erro
 		// mid-statement, and the server would go on waiting for a client
 		// that is gone. lock_timeout ends the wait instead.
 		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pgACMELockWait+busy)
-		_, err := conn.Exec(qctx, "SELECT pg_advisory_lock($1)", l.key)
+		var readOnly bool
+		err := conn.QueryRow(qctx, "SELECT current_setting('transaction_read_only') = 'on' FROM (SELECT pg_advisory_lock($1)) AS l", l.key).Scan(&readOnly)
 		cancel()
 		var pe *pgconn.PgError
 		switch {
+		case err == nil && readOnly: // a fenced old primary: the lock would keep no one out
+			closeConn()
+			return nil, fmt.Errorf("the ACME issuer lock: %w", errReadOnlyServer)
 		case err == nil:
 			return func() {
 				uctx, cancel := context.WithTimeout(context.Background(), busy)

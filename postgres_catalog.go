@@ -102,7 +102,7 @@ func (s *pgStore) commitBatch(batch []*writeJob[*pgBatch]) {
 		if !time.Now().Before(end) {
 			// It waited out its busy timeout behind batches that could not
 			// commit: answer now, as SQLite's busy timeout would.
-			j.done <- fmt.Errorf("%w: no commit within the busy timeout (%v)", errUnavailable, s.busy)
+			j.done <- fmt.Errorf("%w: no commit within the busy timeout (%v)", errDBAway, s.busy)
 			answered[i] = true
 			continue
 		}

@@ -145,15 +145,19 @@ func keyedForm(insert string, n int, holder string) (unkeyed, keyed string) {
 	return `WITH made AS (` + fmt.Sprintf(insert, "") + `) SELECT (SELECT id FROM made), ` + holder, pgKeyedCreate(insert, n, holder)
 }
 
+// errReadOnlyServer: a lock connection's server is read-only.
+var errReadOnlyServer = fmt.Errorf("%w: the server is read-only", errDBAway)
+
 // pgIdemLockConns is how many connections an instance keeps for its
 // Idempotency-Key locks; a key's hash picks one. One would be a queue that
 // every keyed request waits in twice (lock, unlock): see BENCHMARKS.md.
 const pgIdemLockConns = 4
 
-// pgLockKeepAlive is the keepalive of the lock connections, on both ends:
-// first probe after Idle, then every Interval, Count unanswered ones and
-// the connection is dead. So a vanished host's locks go within about 30 s,
-// and a vanished server is noticed as soon.
+// pgLockKeepAlive is the server's keepalive on the lock connections
+// (tcp_keepalives_*): first probe after Idle, then every Interval, Count
+// unanswered ones and the session ends, with its locks; so a vanished
+// instance's locks go within about 30 s (tcp_user_timeout may end it
+// sooner). The client's side is pgDial's.
 var pgLockKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 10 * time.Second, Interval: 5 * time.Second, Count: 4}
 
 // pgIdemLocks holds the in-flight marks of keyed creates: a session-level
@@ -204,32 +208,26 @@ func newPgIdemLocks(cfg *pgx.ConnConfig, schema string) *pgIdemLocks {
 }
 
 // pgLockConnConfig is cfg for a connection that holds advisory locks,
-// outside the pool: keepalives on both ends (pgLockKeepAlive), and app
-// added to its application_name.
+// outside the pool: the pool's dialer (pgFollowsPrimary), keepalives on
+// the server's end too (pgLockKeepAlive), and app added to its
+// application_name.
 func pgLockConnConfig(cfg *pgx.ConnConfig, app string) *pgx.ConnConfig {
 	c := cfg.Copy()
-	d := &net.Dialer{KeepAliveConfig: pgLockKeepAlive}
-	c.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if c.ConnectTimeout > 0 {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, c.ConnectTimeout)
-			defer cancel()
-		}
-		return d.DialContext(ctx, network, addr)
-	}
 	// The server's side: a host that vanished without a word (no FIN) is
 	// noticed and its session, with its locks, ended. A URL that sets these
 	// wins.
-	for k, v := range map[string]time.Duration{"tcp_keepalives_idle": pgLockKeepAlive.Idle, "tcp_keepalives_interval": pgLockKeepAlive.Interval} {
+	for k, v := range map[string]string{
+		"tcp_keepalives_idle":     strconv.Itoa(int(pgLockKeepAlive.Idle.Seconds())),
+		"tcp_keepalives_interval": strconv.Itoa(int(pgLockKeepAlive.Interval.Seconds())),
+		"tcp_keepalives_count":    strconv.Itoa(pgLockKeepAlive.Count),
+		"tcp_user_timeout":        strconv.FormatInt(pgTCPUserTimeout.Milliseconds(), 10),
+	} {
 		if c.RuntimeParams[k] == "" {
-			c.RuntimeParams[k] = strconv.Itoa(int(v.Seconds()))
+			c.RuntimeParams[k] = v
 		}
 	}
 	// Named apart from the pool's in pg_stat_activity.
 	c.RuntimeParams["application_name"] += " " + app
-	if c.RuntimeParams["tcp_keepalives_count"] == "" {
-		c.RuntimeParams["tcp_keepalives_count"] = strconv.Itoa(pgLockKeepAlive.Count)
-	}
 	return c
 }
 
@@ -247,7 +245,10 @@ func pgIdemLockKey(schema string, keyID int64, key string) int64 {
 
 // pgBeginIdem reads a key's answer and, when there is none, tries its
 // lock: one round trip. CASE runs the lock only when there is no answer.
-const pgBeginIdem = `SELECT a.fingerprint, a.status, a.body, CASE WHEN a.status IS NULL THEN pg_try_advisory_lock($4) ELSE false END
+// It also reads whether the server is read-only: a lock taken there (a
+// fenced old primary) would keep no one else out.
+const pgBeginIdem = `SELECT a.fingerprint, a.status, a.body, CASE WHEN a.status IS NULL THEN pg_try_advisory_lock($4) ELSE false END,
+		current_setting('transaction_read_only') = 'on'
 	FROM (SELECT) AS one LEFT JOIN (
 		SELECT fingerprint, status, body FROM idempotency WHERE key_id = $1 AND idem_key = $2 AND created_us > $3
 	) AS a ON true`
@@ -265,7 +266,14 @@ func (l *pgIdemLocks) begin(ctx context.Context, r idemRequest) (*idemAnswer, er
 	var status *int32
 	var locked bool
 	gen, err := l.use(ctx, i, func(ctx context.Context, conn *pgx.Conn) error {
-		return conn.QueryRow(ctx, pgBeginIdem, r.KeyID, r.Key, r.Since.UnixMicro(), key).Scan(&fp, &status, &body, &locked)
+		var readOnly bool
+		if err := conn.QueryRow(ctx, pgBeginIdem, r.KeyID, r.Key, r.Since.UnixMicro(), key).Scan(&fp, &status, &body, &locked, &readOnly); err != nil {
+			return err
+		}
+		if readOnly {
+			return errReadOnlyServer
+		}
+		return nil
 	})
 	switch {
 	case err != nil:
@@ -285,7 +293,9 @@ func (l *pgIdemLocks) begin(ctx context.Context, r idemRequest) (*idemAnswer, er
 
 // end unlocks r's lock, if begin took one. A lock whose connection broke
 // meanwhile went with it. When the unlock cannot run, the connection is
-// closed before its next use: its session ends, and the lock with it.
+// closed before its next use: its session ends, and the lock with it. A
+// connection to be reset (its host likely gone: pgConnReset) is closed
+// instead of waiting for an unlock that may not come.
 func (l *pgIdemLocks) end(ctx context.Context, r idemRequest) error {
 	l.mu.Lock()
 	h, ok := l.held[r.Owner]
@@ -316,6 +326,10 @@ func (l *pgIdemLocks) end(ctx context.Context, r idemRequest) error {
 	if c.conn == nil || c.gen != h.gen {
 		return nil
 	}
+	if c.reset.Swap(false) { // its host is likely gone: end the session instead
+		c.close()
+		return nil
+	}
 	if _, err := c.conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", h.key); err != nil {
 		c.close()
 		return fmt.Errorf("unlock an idempotency key: %w", describePostgres(err))
@@ -326,7 +340,9 @@ func (l *pgIdemLocks) end(ctx context.Context, r idemRequest) error {
 // use runs fn on lock connection i, dialling it first if it has none, and
 // returns that connection's gen. A connection that fails is closed; when
 // it was an old one that broke (while idle, or its session was ended: a
-// FATAL error), fn runs once more on a new one.
+// FATAL error), or whose server turned read-only (pgKeepsConn,
+// errReadOnlyServer: after a failover), fn runs once more on a new one,
+// which is dialled to the read-write host.
 func (l *pgIdemLocks) use(ctx context.Context, i int, fn func(context.Context, *pgx.Conn) error) (uint64, error) {
 	c := &l.conns[i]
 	select {
@@ -359,6 +375,7 @@ func (l *pgIdemLocks) use(ctx context.Context, i int, fn func(context.Context, *
 			}
 			c.conn = conn
 			c.gen++
+			c.reset.Store(false) // a reset was for the connection before this one
 		}
 		err := fn(ctx, c.conn)
 		if err == nil {
@@ -367,7 +384,7 @@ func (l *pgIdemLocks) use(ctx context.Context, i int, fn func(context.Context, *
 		// Whether the lock was taken is not known: the session goes.
 		c.close()
 		var pe *pgconn.PgError
-		if fresh || ctx.Err() != nil || (errors.As(err, &pe) && pe.Severity != "FATAL") {
+		if fresh || ctx.Err() != nil || (errors.As(err, &pe) && pgKeepsConn(nil, pe)) {
 			return 0, err // a statement's error would come again
 		}
 	}
@@ -391,6 +408,15 @@ func (c *pgLockConn) close() {
 	defer cancel()
 	c.conn.Close(ctx)
 	c.conn = nil
+}
+
+// resetAll has every lock connection closed before its next use: its host
+// is likely gone (pgConnReset). The locks in it go with it; the unique
+// (key_id, idem_key) stays the backstop.
+func (l *pgIdemLocks) resetAll() {
+	for i := range l.conns {
+		l.conns[i].reset.Store(true)
+	}
 }
 
 // closeAll closes every lock connection, for the store's Close.

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -135,6 +137,10 @@ func TestPGURLReadsAlike(t *testing.T) {
 		{"postgres://h/d@b", false},
 		{"postgres://h/my db", false},
 		{"postgres://[::1/x]@h/db", false},
+		{"postgres://u:p@[::1]:5432,[::1]:5433/db", true},
+		{"postgres://u:p@h1:5432,h2/db?target_session_attrs=any", true},
+		{"postgres://u:p@[::1],h2:1,[fe80::1%25lo]:3/db", true},
+		{"postgres://u:p@ss@[::1]:5432,[::1]:5433/db", false},
 	}
 	setSentinelPGEnv(t)
 	for _, tt := range tests {
@@ -157,7 +163,7 @@ func FuzzPGURLReadsAlike(f *testing.F) {
 	setSentinelPGEnv(f)
 	f.Fuzz(func(t *testing.T, s string) {
 		db := "postgres://" + s
-		if _, err := url.Parse(db); err != nil || !pgURLReadsAlike(db) {
+		if _, _, err := parseDBURL(db); err != nil || !pgURLReadsAlike(db) {
 			return
 		}
 		if err := driverReadsAsGo(db); err != nil {
@@ -180,7 +186,7 @@ func setSentinelPGEnv(tb interface{ Setenv(k, v string) }) {
 // sentinel variables). A URL the driver refuses, or whose query names any
 // of them, is not compared.
 func driverReadsAsGo(db string) error {
-	u, err := url.Parse(db)
+	u, hosts, err := parseDBURL(db)
 	if err != nil {
 		return err
 	}
@@ -207,13 +213,67 @@ func driverReadsAsGo(db string) error {
 	if n, err := strconv.Atoi(goRead.port); err == nil { // :001 is port 1
 		goRead.port = strconv.Itoa(n)
 	}
-	if strings.Contains(u.Host, ",") { // a list: net/url has no reading of its own
+	if hosts != "" { // a list: net/url has no reading of its own
 		goRead.host, goRead.port = drv.host, drv.port
+		// A host left out of a list is libpq's default (a socket
+		// directory), which this does not compare.
+		if want, got := hostListOf(hosts), driverHosts(cfg); !slices.Contains(want, "") && !slices.Equal(want, got) {
+			return fmt.Errorf("the host list %q reads %q, the driver %q", hosts, want, got)
+		}
 	}
 	if goRead != drv {
 		return fmt.Errorf("net/url reads %+v, the driver %+v", goRead, drv)
 	}
 	return nil
+}
+
+// hostListOf splits a host list as written in a URL into host:port
+// entries, as libpq reads it: percent-decoded and trimmed of spaces, an IPv6 address in
+// brackets, "" where a host is left out and 5432 where a port is (in a
+// list, the driver takes no PGPORT), each entry once in a row (as
+// driverHosts). An entry that does not decode is kept as written.
+func hostListOf(hosts string) []string {
+	var list []string
+	for h := range strings.SplitSeq(hosts, ",") {
+		host, port := h, ""
+		if strings.HasPrefix(h, "[") {
+			if end := strings.IndexByte(h, ']'); end >= 0 {
+				host, port = h[1:end], strings.TrimPrefix(h[end+1:], ":")
+			}
+		} else if i := strings.IndexByte(h, ':'); i >= 0 {
+			host, port = h[:i], h[i+1:]
+		}
+		if d, err := url.PathUnescape(host); err == nil {
+			host = d
+		}
+		host = strings.Trim(host, " ") // as the driver's uriDecode
+		if host == "" {
+			list = append(list, "")
+			continue
+		}
+		if port == "" {
+			port = "5432"
+		}
+		if n, err := strconv.Atoi(port); err == nil {
+			port = strconv.Itoa(n)
+		}
+		if e := net.JoinHostPort(host, port); len(list) == 0 || list[len(list)-1] != e {
+			list = append(list, e)
+		}
+	}
+	return list
+}
+
+// driverHosts is the driver's list of hosts, each once (it tries each
+// twice, with TLS and without, under sslmode=prefer).
+func driverHosts(cfg *pgconn.Config) []string {
+	list := []string{net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))}
+	for _, fb := range cfg.Fallbacks {
+		if h := net.JoinHostPort(fb.Host, strconv.Itoa(int(fb.Port))); h != list[len(list)-1] {
+			list = append(list, h)
+		}
+	}
+	return list
 }
 
 // TestPostgresConnectErrorOnce: a database that refuses the connection is
@@ -230,6 +290,7 @@ func TestPostgresConnectErrorOnce(t *testing.T) {
 		{"keys list", []string{"keys", "list", "--db", "postgres://postgres:" + secret + "@127.0.0.1:1/x"}, []string{"127.0.0.1:1 ("}},
 		{"serve", []string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "off", "--db", "postgres://postgres:" + secret + "@127.0.0.1:1/x"}, []string{"127.0.0.1:1 ("}},
 		{"two hosts", []string{"migrate", "--db", "postgres://postgres:" + secret + "@127.0.0.1:1,127.0.0.1:2/x"}, []string{"127.0.0.1:1 (", "127.0.0.1:2 ("}},
+		{"two IPv6 hosts", []string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "off", "--db", "postgres://postgres:" + secret + "@[::1]:1,[::1]:2/x"}, []string{"[::1]:1 (", "[::1]:2 ("}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -272,6 +333,27 @@ func TestEachOnce(t *testing.T) {
 	for _, tt := range tests {
 		if got := eachOnce(tt.err); got != tt.want {
 			t.Errorf("eachOnce(%q) = %q, want %q", tt.err, got, tt.want)
+		}
+	}
+}
+
+// TestRedactDBHostLists: libpq's host lists, which Go's URL parser refuses
+// ([::1]:5432,[::1]:5433, h1:5432,h2), are shown as written with the
+// password masked, and taken by checkPostgresURL.
+func TestRedactDBHostLists(t *testing.T) {
+	tests := []struct{ db, want string }{
+		{"postgres://u:Zq9xKw7@[::1]:5432,[::1]:5433/petstore", "postgres://u:xxxxx@[::1]:5432,[::1]:5433/petstore"},
+		{"postgres://u:Zq9xKw7@h1:5432,h2/petstore?sslmode=disable", "postgres://u:xxxxx@h1:5432,h2/petstore?sslmode=disable"},
+		{"postgresql://[::1]:1,127.0.0.1:2/x?password=Zq9xKw7", "postgresql://[::1]:1,127.0.0.1:2/x?password=xxxxx"},
+		{"postgres://u:Zq9xKw7@h1,h2", "postgres://u:xxxxx@h1,h2"},
+		{"postgres://u:Zq9xKw7@[::1]:5432/petstore", "postgres://u:xxxxx@[::1]:5432/petstore"},
+	}
+	for _, tt := range tests {
+		if got := redactDB(tt.db); got != tt.want {
+			t.Errorf("redactDB(%q) = %q, want %q", tt.db, got, tt.want)
+		}
+		if err := checkPostgresURL(tt.db); err != nil {
+			t.Errorf("checkPostgresURL(%q): %v", tt.db, err)
 		}
 	}
 }

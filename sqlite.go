@@ -228,6 +228,9 @@ func (s *sqliteStore) Stats() storeStats {
 	return storeStats{Batches: batches, Writes: writes, CategoryListReads: s.categoryListReads.Load()}
 }
 
+// Replication has nothing to show: SQLite is one file on one machine.
+func (s *sqliteStore) Replication() replication { return replication{} }
+
 // sqliteDescribe maps SQLite's transient and storage errors (busy, locked, full
 // disk, read-only file, I/O) to errUnavailable, keeping the cause.
 func sqliteDescribe(err error) error {

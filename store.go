@@ -22,6 +22,11 @@ var (
 	errRevoked     = errors.New("revoked")
 	errNoReference = errors.New("referenced row does not exist")
 	errUnavailable = errors.New("database unavailable")
+	// errDBAway is errUnavailable for a database that cannot be reached, or
+	// that answers as a standby or as shutting down: an outage or a
+	// failover, which a retry a second later may find over (its 503 says
+	// Retry-After: 1, retryAfterAway).
+	errDBAway = fmt.Errorf("%w: no read-write server reached", errUnavailable)
 	// errIdemExists: a create's Idempotency-Key has an answer stored
 	// already (or one committed meanwhile); nothing was written.
 	errIdemExists = errors.New("idempotency key has a stored answer")
@@ -168,6 +173,10 @@ type Store interface {
 	Checkpoint(ctx context.Context) error
 	// Stats returns counts of the store's work, for the metrics.
 	Stats() storeStats
+	// Replication returns what the database says of the copies of a
+	// committed write, as last read (PostgreSQL: at open and each minute);
+	// the zero value where there is nothing to say (SQLite).
+	Replication() replication
 	Close() error
 }
 
@@ -176,6 +185,23 @@ type storeStats struct {
 	Batches           int64  // transactions of the group commit
 	Writes            int64  // creates they held
 	CategoryListReads uint64 // whole category lists read
+}
+
+// replication is PostgreSQL's synchronous replication as the primary
+// reports it (DECISIONS.md section 19): whether an acknowledged write
+// survives the loss of the primary.
+type replication struct {
+	Shown        bool   // there is something to show: a PostgreSQL database
+	Hosts        int    // hosts the URL lists
+	SyncCommit   string // synchronous_commit
+	SyncNames    string // synchronous_standby_names
+	SyncStandbys int    // standbys that confirm commits (sync or quorum); -1: unknown, the role may not read them (pg_monitor)
+}
+
+// safe reports whether an acknowledged write is on a standby too: a
+// synchronous standby, and synchronous_commit that waits for it.
+func (r replication) safe() bool {
+	return r.SyncStandbys > 0 && r.SyncCommit != "off" && r.SyncCommit != "local"
 }
 
 // storeOptions are how a store is opened.
