@@ -32,8 +32,8 @@ import (
 // genSeed fixes the generator's choices, so that a failure repeats.
 const genSeed = 35
 
-// genRequests is how many requests the test makes of each operation with
-// inputs (a body or parameters); one without inputs gets genFew.
+// genRequests is how many requests the test makes of each operation whose
+// inputs the schemas may refuse; one without such inputs gets genFew.
 const (
 	genRequests = 120
 	genFew      = 5
@@ -92,7 +92,7 @@ func TestContractGenerative(t *testing.T) {
 	total := 0
 	for _, op := range g.ops {
 		n := genRequests
-		if op.body == nil && len(op.params) == 0 {
+		if !op.refusable() { // nothing to vary that matters (GET /openapi.json is 165 KB)
 			n = genFew
 		}
 		var valid, invalid int
@@ -129,7 +129,7 @@ func TestContractGenerative(t *testing.T) {
 				g.noteCreated(op, r)
 			}
 		}
-		if n == genRequests && (valid < 10 || invalid < 10 && op.refusable()) {
+		if n == genRequests && (valid < 10 || invalid < 10) {
 			t.Errorf("%s %s: %d valid and %d invalid requests made; the generator should make both", op.method, op.path, valid, invalid)
 		}
 		t.Logf("%s %s: %d valid, %d invalid", op.method, op.path, valid, invalid)
