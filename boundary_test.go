@@ -39,7 +39,7 @@ var boundaryExceptions = map[string][]string{
 	"cli_serve.go:parseServe": {"defaultMaxConns", "defaultRedisTimeout"},
 	"cli_serve.go:validate":   {"parseRedisURL"},
 	// serve's wiring: one serve per SQLite file, and the Redis limiter.
-	"main.go:serve": {"errStoppedWaiting", "holdServeLock", "newRedisLimiter", "redisLimiter", "redisOptions", "redisPrefixOf"},
+	"main.go:serve": {"errStoppedWaiting", "holdServeLock", "newRedisLimiter", "redisLimiter", "redisOptions", "redisPrefixOf", "warnReplication"},
 	// copy holds each SQLite file's serve lock while it copies.
 	"copy.go:runCopy": {"holdDatabase"},
 	// backup is SQLite's alone (VACUUM INTO), in a file without the prefix:
