@@ -107,7 +107,7 @@ func newServerMetrics(lim rateLimiter, store Store) *serverMetrics {
 	set.NewGauge("petstore_limiter_tracked_keys", func() float64 { return float64(lim.stats().keys) })
 	set.NewGauge("petstore_limiter_tracked_addrs", func() float64 { return float64(lim.stats().addrs) })
 	set.NewGauge(`petstore_build_info{version="`+buildVersion()+`",goversion="`+runtime.Version()+`"}`, func() float64 { return 1 })
-	if store != nil && store.Replication().Shown {
+	if store != nil && store.Replication().Shown { // nil: a test's metrics without a store
 		set.NewGauge("petstore_db_synchronous_standbys", func() float64 { return float64(store.Replication().SyncStandbys) })
 	}
 	return m

@@ -101,7 +101,7 @@ func (l *pgACMELock) lock(ctx context.Context, busy time.Duration) (func(), erro
 		// that is gone. lock_timeout ends the wait instead.
 		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pgACMELockWait+busy)
 		var readOnly bool
-		err := conn.QueryRow(qctx, "SELECT current_setting('transaction_read_only') = 'on' FROM (SELECT pg_advisory_lock($1)) AS l", l.key).Scan(&readOnly)
+		err := conn.QueryRow(qctx, "SELECT current_setting('transaction_read_only') = 'on', pg_advisory_lock($1)", l.key).Scan(&readOnly, nil)
 		cancel()
 		var pe *pgconn.PgError
 		switch {

@@ -88,16 +88,15 @@ func pgKeepsConn(_ *pgconn.PgConn, pe *pgconn.PgError) bool {
 var pgReadOnlyParams = []string{"default_transaction_read_only", "in_hot_standby"}
 
 // pgFollowsPrimary sets up cfg, the pool's configuration read from the URL
-// db, to follow a failover: its connections (and the lock connections,
-// copied from it) dialled by pgDial, with at most pgConnectTimeout (or the
-// URL's connect_timeout) per host and never more than busy (half of it
-// with several hosts), dropped after
-// the errors of pgKeepsConn; and with several hosts and no
-// target_session_attrs (in the URL or PGTARGETSESSIONATTRS), made only to
-// a read-write one, a pooled connection whose server turned read-only
-// since (default_transaction_read_only set and reloaded: a fenced old
-// primary) being dropped before it is used again. When one connection
-// breaks, every other is dropped too (pgConnReset).
+// db, to follow a failover; the lock connections are made from a copy of
+// it. Each connection is dialled by pgDial, waits at most pgConnectTimeout
+// (or the URL's connect_timeout) for a host, and never more than busy (half
+// of it with several hosts), and is closed after the errors of pgKeepsConn;
+// when one breaks, every other is dropped too (pgConnReset). With several
+// hosts and no target_session_attrs (in the URL or PGTARGETSESSIONATTRS),
+// connections are made to a read-write host only, and a pooled one whose
+// server turned read-only since (default_transaction_read_only set and
+// reloaded: a fenced old primary) is dropped before it is used again.
 func pgFollowsPrimary(cfg *pgxpool.Config, db string, busy time.Duration) {
 	cc := cfg.ConnConfig
 	if cc.ConnectTimeout == 0 {

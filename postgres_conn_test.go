@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net"
 	"syscall"
 	"testing"
@@ -106,5 +107,48 @@ func TestPostgresConnConfig(t *testing.T) {
 		if keepAlive == 0 || idle <= 0 || idle > 10 {
 			t.Errorf("%s connections: SO_KEEPALIVE %d, TCP_KEEPIDLE %d s; want keepalives within 10 s", dial.name, keepAlive, idle)
 		}
+	}
+}
+
+// TestPostgresLocksRefuseReadOnly: the Idempotency-Key and ACME lock
+// connections take no lock on a read-only server (a fenced old primary,
+// here a session with default_transaction_read_only): a lock there keeps
+// no other instance out. Each answers errDBAway (503, Retry-After: 1);
+// on a read-write session both lock as before.
+func TestPostgresLocksRefuseReadOnly(t *testing.T) {
+	db := postgresSchema(t, needPostgres(t))
+	openTestStore(t, db) // migrated
+	for _, readOnly := range []bool{false, true} {
+		url := db
+		if readOnly {
+			url += "&default_transaction_read_only=on"
+		}
+		s, err := openStore(context.Background(), url, storeOptions{now: time.Now, busy: defaultBusyTimeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		r := idemRequest{KeyID: 1, Key: "ro", Owner: 1, Now: now, Since: now.Add(-time.Hour)}
+		_, err = s.BeginIdempotent(context.Background(), r)
+		if readOnly != errors.Is(err, errDBAway) || (!readOnly && err != nil) {
+			t.Errorf("read-only %v: a keyed create's lock: %v", readOnly, err)
+		}
+		s.EndIdempotent(context.Background(), r)
+		unlock, err := s.ACMELock(context.Background())
+		if readOnly != errors.Is(err, errDBAway) || (!readOnly && err != nil) {
+			t.Errorf("read-only %v: the ACME issuer lock: %v", readOnly, err)
+		}
+		if err == nil {
+			var taken bool
+			conn := pmConnect(t, db)
+			if err := conn.QueryRow(context.Background(), "SELECT pg_try_advisory_lock($1)", s.(*pgStore).acmeLock.key).Scan(&taken); err != nil {
+				t.Fatal(err)
+			}
+			if taken {
+				t.Error("the ACME issuer lock was free while held")
+			}
+			unlock()
+		}
+		s.Close()
 	}
 }

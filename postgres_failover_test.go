@@ -540,9 +540,21 @@ func TestPostgresFailoverOldPrimaryBack(t *testing.T) {
 	// Fenced: read-only, with the instances' connections still on it.
 	a.exec("ALTER SYSTEM SET default_transaction_read_only = on")
 	a.exec("SELECT pg_reload_conf()")
-	// As an HA manager does before it promotes: the commits a had begun
-	// reach b (they wait for it: synchronous replication).
-	a.waitFor("no commit waiting for the standby", "SELECT count(*) = 0 FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+	// As an HA manager does before it promotes: the transactions a had
+	// begun before it turned read-only end, their commits on b
+	// (synchronous replication). A commit begun after the promotion would
+	// wait for b forever, holding its instance's creates for a busy
+	// timeout. Every later transaction is read-only: a session reads the
+	// reloaded settings before its next command. A session of the test's
+	// own reads them when it starts: its pg_conf_load_time() is after the
+	// reload.
+	var reloaded time.Time
+	if err := a.queryRow("SELECT pg_conf_load_time()").Scan(&reloaded); err != nil {
+		t.Fatal(err)
+	}
+	a.waitFor("no transaction left from before the reload", fmt.Sprintf(
+		"SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name LIKE 'petstore%%' AND (wait_event = 'SyncRep' OR xact_start < '%s')",
+		reloaded.Format(time.RFC3339Nano)))
 	promotedAt := b.promote()
 	first := l.firstOKAfter(t, promotedAt)
 	t.Logf("fenced old primary: first 201 %v after the promotion", first.Round(time.Millisecond))

@@ -229,7 +229,7 @@ func driverReadsAsGo(db string) error {
 }
 
 // hostListOf splits a host list as written in a URL into host:port
-// entries, as libpq reads it: percent-decoded and trimmed of spaces, an IPv6 address in
+// entries, as libpq reads it: percent-decoded, hosts and ports trimmed of spaces, an IPv6 address in
 // brackets, 5432 where a port is left out (in a list, the driver takes no
 // PGPORT), each entry once in a row (as driverHosts); nil, not to be
 // compared, when a host is left out (libpq's default, a socket directory)
@@ -253,7 +253,7 @@ func hostListOf(hosts string) []string {
 		if host == "" || strings.ContainsAny(host, "[]") {
 			return nil
 		}
-		if port == "" {
+		if port = strings.Trim(port, " "); port == "" {
 			port = "5432"
 		}
 		if n, err := strconv.Atoi(port); err == nil {

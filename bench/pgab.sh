@@ -8,7 +8,9 @@
 # own, on free loopback ports, run as the postgres user), each on a schema
 # of its own, one at a time on CPU 1 with wrk -t1 -c32 on CPU 0 and
 # bench/post.lua: unkeyed POSTs, then POSTs with an Idempotency-Key each
-# (IDEM=1), alternating base, head, base, head... Then the latency of one
+# (IDEM=1), alternating base, head, base, head..., with each server's CPU
+# time per request (which other load on the machine moves far less than the
+# request rate). Then the latency of one
 # create at a time (-c1) on head, with the standby synchronous and not,
 # alternating. The machine's own PostgreSQL is never touched.
 set -euo pipefail
@@ -81,20 +83,27 @@ serve() { # name binary: serve on a schema of its own, on CPU 1; sets URL and AU
 	port=$(free_port)
 	taskset -c 1 "$bin" serve --db "$db" --addr "127.0.0.1:$port" --admin-addr off 2>>"$TMP/$name.log" &
 	PIDS+=("$!")
+	printf -v "PID_$name" '%s' "$!"
 	for _ in $(seq 500); do curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && break; sleep 0.02; done
 	printf -v "URL_$name" '%s' "http://127.0.0.1:$port/v1/categories"
 }
 serve base "$TMP/base"
 serve head "$TMP/head"
 
-run() { # label name conns [env...]: one timed run, kept in $TMP/label-N.txt
-	local label=$1 name=$2 conns=$3 url key n; shift 3
-	url=URL_$name key=$(cat "$TMP/$name.key")
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime of a process, all threads
+# run label name conns [env...]: one timed run, kept in $TMP/label-N.txt,
+# and the server's CPU time per request over it, in us, in $TMP/label-N.cpu.
+run() {
+	local label=$1 name=$2 conns=$3 url key n pid t0; shift 3
+	url=URL_$name key=$(cat "$TMP/$name.key") pid=PID_$name
 	local runs=("$TMP/$label"-*.txt)
 	n=${#runs[@]}
+	t0=$(cpu_ticks "${!pid}")
 	env "$@" RUN_PREFIX="r$RANDOM$RANDOM" taskset -c 0 wrk -t1 -c"$conns" -d"$DURATION" --latency \
 		-H "Authorization: Bearer $key" -s bench/post.lua "${!url}" >"$TMP/$label-$n.txt"
+	awk -v t="$(($(cpu_ticks "${!pid}") - t0))" -v hz="$(getconf CLK_TCK)" '/requests in/ {printf "%.1f\n", t / hz * 1e6 / $1}' "$TMP/$label-$n.txt" >"$TMP/$label-$n.cpu"
 }
+cpu_med() { cat "$TMP/$1"-*.cpu | median; } # label: the median of its runs' CPU us per request
 warm() { # name [env...]
 	local name=$1 url key; shift
 	url=URL_$name key=$(cat "$TMP/$name.key")
@@ -117,6 +126,17 @@ summary() { # label: median req/s, p50 ms, p99 ms; failed requests
 	echo "$(printf '%s\n' "${rps[@]}" | median) $(printf '%s\n' "${p50[@]}" | median) $(printf '%s\n' "${p99[@]}" | median) $bad"
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
+runs() { # label: each run's req/s, in order
+	local f
+	for f in "$TMP/$1"-*.txt; do awk '/^Requests\/sec/ {printf "%.0f ", $2}' "$f"; done
+}
+paired() { # label-a label-b: the median of run i's b / a over i (runs i were next to each other)
+	local i a b
+	for i in $(seq 0 $((RUNS - 1))); do
+		a=$(awk '/^Requests\/sec/ {print $2}' "$TMP/$1-$i.txt") b=$(awk '/^Requests\/sec/ {print $2}' "$TMP/$2-$i.txt")
+		ratio "$b" "$a"; echo
+	done | median
+}
 
 log "creates: $BASE and head alternating, $RUNS x $DURATION each, keyed and not (no synchronous standby)"
 for name in base head; do warm "$name"; warm "$name" IDEM=1; done
@@ -137,14 +157,14 @@ done
 
 echo "Machine: $(nproc) CPUs, $(go version | cut -d' ' -f3-), load average $(cut -d' ' -f1-3 /proc/loadavg); PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}')."
 echo
-echo "| what | $BASE req/s | head req/s | head / $BASE | p99 ms ($BASE, head) | failed |"
-echo "|---|---:|---:|---:|---|---:|"
+echo "| what | $BASE req/s | head req/s | head / $BASE (medians) | median of run-by-run head / $BASE | each run's req/s ($BASE; head) | petstore's CPU us per request ($BASE, head) | p99 ms ($BASE, head) | failed |"
+echo "|---|---:|---:|---:|---:|---|---|---|---:|"
 for kind in post idem; do
 	read -r b_rps _ b_p99 b_bad <<<"$(summary "$kind-base")"
 	read -r h_rps _ h_p99 h_bad <<<"$(summary "$kind-head")"
 	what="POST /v1/categories"
 	[[ $kind == idem ]] && what="POST /v1/categories, an Idempotency-Key each"
-	echo "| $what | $b_rps | $h_rps | $(ratio "$h_rps" "$b_rps") | $b_p99, $h_p99 | $((b_bad + h_bad)) |"
+	echo "| $what | $b_rps | $h_rps | $(ratio "$h_rps" "$b_rps") | $(paired "$kind-base" "$kind-head") | $(runs "$kind-base"); $(runs "$kind-head") | $(cpu_med "$kind-base"), $(cpu_med "$kind-head") | $b_p99, $h_p99 | $((b_bad + h_bad)) |"
 done
 echo
 echo "| one create at a time (-c1), head | req/s | p50 ms | p99 ms | failed |"
