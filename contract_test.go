@@ -99,12 +99,12 @@ func TestRoutesMatchDocument(t *testing.T) {
 	sort.Strings(routes)
 	for _, r := range routes {
 		if !slices.Contains(documented, r) {
-			t.Errorf("%s is routed but not in openapi.json", r)
+			t.Errorf("%s is routed but not in the served document", r)
 		}
 	}
 	for _, d := range documented {
 		if !slices.Contains(routes, d) {
-			t.Errorf("%s is in openapi.json but not routed", d)
+			t.Errorf("%s is in the served document but not routed", d)
 		}
 	}
 }
