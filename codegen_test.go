@@ -1,6 +1,7 @@
-// codegen_test.go proves that clients generated from the served OpenAPI
-// document, with tools nobody here wrote, get a typed error for every
-// status: a Go client from oapi-codegen (which also compiles and calls a
+// codegen_test.go lints the served OpenAPI document (the HEADs that
+// openapi.go adds included) with Redocly, and proves that clients
+// generated from it, with tools nobody here wrote, get a typed error for
+// every status: a Go client from oapi-codegen (which also compiles and calls a
 // running server) and TypeScript types from openapi-typescript (which a
 // strict tsc checks). It needs the Go module proxy and npm, so it runs only
 // with PETSTORE_TEST_CODEGEN set; a tool that then fails to run fails it.
@@ -41,6 +42,7 @@ const (
 	oapiRuntimeVersion = "v1.8.0" // github.com/oapi-codegen/runtime, which its clients import
 	openapiTSVersion   = "7.13.0" // npm openapi-typescript
 	typescriptVersion  = "5.9.3"  // npm typescript (openapi-typescript 7 wants ^5)
+	redoclyVersion     = "2.77.0" // npm @redocly/cli, as .ci/run lints openapi.json with
 )
 
 // TestCodegen generates the clients from the document the server serves
@@ -61,6 +63,7 @@ func TestCodegen(t *testing.T) {
 	if err := os.WriteFile(spec, r.body, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	t.Run("Redocly", func(t *testing.T) { lintServed(t, spec) })
 	t.Run("Go", func(t *testing.T) { codegenGo(t, ts, spec, errs) })
 	t.Run("TypeScript", func(t *testing.T) { codegenTypeScript(t, spec, errs) })
 }
@@ -98,7 +101,11 @@ func documentErrors(t *testing.T, doc []byte) []docError {
 			Schemas map[string]schema `json:"schemas"`
 		} `json:"components"`
 	}
-	if err := json.Unmarshal(doc, &d); err != nil {
+	doc, err := inlineResponses(doc)
+	if err == nil {
+		err = json.Unmarshal(doc, &d)
+	}
+	if err != nil {
 		t.Fatalf("served document: %v", err)
 	}
 	var out []docError
@@ -134,6 +141,20 @@ func documentErrors(t *testing.T, doc []byte) []docError {
 		t.Fatal("the served document lists no error response")
 	}
 	return out
+}
+
+// lintServed lints the served document, the HEADs that openAPIDocument
+// adds included, with .ci/run's Redocly and rules: no error and no warning.
+// (.ci/run lints openapi.json, the source, itself.)
+func lintServed(t *testing.T, spec string) {
+	config, err := filepath.Abs("redocly.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := tool(t, filepath.Dir(spec), 3*time.Minute, nil, "npx", "--yes", "@redocly/cli@"+redoclyVersion, "lint", "--config", config, spec)
+	if !strings.Contains(out, "Your API description is valid") || regexp.MustCompile(`\d+ warnings?\b`).MatchString(out) {
+		t.Errorf("redocly lint of the served document: not clean:\n%s", out)
+	}
 }
 
 // tool runs name with args in dir, within timeout, with env added to the

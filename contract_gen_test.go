@@ -353,11 +353,12 @@ func (g *genDoc) operation(method, path, ptr string, o map[string]any) *genOp {
 			g.t.Fatalf("%s %s: response %q", method, path, status)
 		}
 		op.documented[code] = true
-		mt := obj(obj(g.resolve(r)["content"])["application/json"])
+		resp, rptr := g.resolveAt(r, ptr+"/responses/"+status) // a shared response is in components.responses
+		mt := obj(obj(resp["content"])["application/json"])
 		if mt == nil {
 			continue
 		}
-		op.responses[code] = g.compile(ptr + "/responses/" + status + "/content/application~1json/schema")
+		op.responses[code] = g.compile(rptr + "/content/application~1json/schema")
 		if ref, ok := obj(mt["schema"])["$ref"].(string); ok && code == 201 {
 			op.creates = strings.ToLower(strings.TrimPrefix(ref, "#/components/schemas/"))
 		}

@@ -49,10 +49,38 @@ func TestDocumentEnumsMatchTables(t *testing.T) {
 	}
 }
 
-// TestRoutesMatchDocument checks that the router and the OpenAPI document
-// list the same operations, a GET route standing for a HEAD too: the
-// router (http.ServeMux) answers HEAD for every GET pattern.
+// servedDocument is the document the server serves (openapi.json with
+// the HEAD of each GET), as openAPIDocument makes it; with inline set, each
+// response that is a $ref to components.responses is written out.
+func servedDocument(t *testing.T, inline bool) []byte {
+	t.Helper()
+	doc, err := openAPIDocument("http://localhost:8080/v1", "production")
+	if err == nil && inline {
+		doc, err = inlineResponses(doc)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
+
+// TestRoutesMatchDocument checks that the router and the served OpenAPI
+// document list the same operations, a GET route standing for a HEAD too:
+// the router (http.ServeMux) answers HEAD for every GET pattern, and the
+// served document has the HEAD that openAPIDocument makes of each GET.
+// openapi.json itself has no HEAD: it would be a second copy to keep.
 func TestRoutesMatchDocument(t *testing.T) {
+	var source struct {
+		Paths map[string]map[string]json.RawMessage
+	}
+	if err := json.Unmarshal(openAPISource, &source); err != nil {
+		t.Fatal(err)
+	}
+	for path, item := range source.Paths {
+		if item["head"] != nil {
+			t.Errorf("openapi.json has HEAD %s: the served document makes it from the GET", path)
+		}
+	}
 	var routes []string
 	for _, rt := range apiRoutes(nil, nil, serveConfig{}) {
 		routes = append(routes, rt.pattern)
@@ -60,7 +88,7 @@ func TestRoutesMatchDocument(t *testing.T) {
 			routes = append(routes, "HEAD "+p)
 		}
 	}
-	ops, err := documentOperations(openAPISource)
+	ops, err := documentOperations(servedDocument(t, false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,12 +99,12 @@ func TestRoutesMatchDocument(t *testing.T) {
 	sort.Strings(routes)
 	for _, r := range routes {
 		if !slices.Contains(documented, r) {
-			t.Errorf("%s is routed but not in openapi.json", r)
+			t.Errorf("%s is routed but not in the served document", r)
 		}
 	}
 	for _, d := range documented {
 		if !slices.Contains(routes, d) {
-			t.Errorf("%s is in openapi.json but not routed", d)
+			t.Errorf("%s is in the served document but not routed", d)
 		}
 	}
 }
@@ -162,7 +190,7 @@ func TestContractCatchesMismatches(t *testing.T) {
 // without a request body lists no request-body error (invalid_json).
 func TestErrorSchemasTyped(t *testing.T) {
 	var doc map[string]any
-	if err := json.Unmarshal(openAPISource, &doc); err != nil {
+	if err := json.Unmarshal(servedDocument(t, true), &doc); err != nil {
 		t.Fatal(err)
 	}
 	var walk func(where string, v any)
@@ -270,9 +298,9 @@ func TestErrorSchemasTyped(t *testing.T) {
 	}
 }
 
-// TestHeadOperationsMirrorGet checks that every GET path documents its
-// HEAD, with the GET's parameters, security, statuses and headers, and no
-// body.
+// TestHeadOperationsMirrorGet checks that every GET path of the served
+// document has its HEAD, with the GET's parameters, security, statuses and
+// headers (a shared response's written out), and no body.
 func TestHeadOperationsMirrorGet(t *testing.T) {
 	type response struct {
 		Headers map[string]json.RawMessage `json:"headers"`
@@ -288,7 +316,7 @@ func TestHeadOperationsMirrorGet(t *testing.T) {
 	var doc struct {
 		Paths map[string]map[string]json.RawMessage `json:"paths"`
 	}
-	if err := json.Unmarshal(openAPISource, &doc); err != nil {
+	if err := json.Unmarshal(servedDocument(t, true), &doc); err != nil {
 		t.Fatal(err)
 	}
 	ids := map[string]string{}
@@ -432,7 +460,7 @@ func TestHeadMatchesGet(t *testing.T) {
 // int64 is. Every pattern is one that both ECMA-262's u mode and Go's
 // regexp read alike: no look-around, no \u, no \s \d \w \p classes.
 func TestDocumentPatterns(t *testing.T) {
-	dec := json.NewDecoder(bytes.NewReader(openAPISource))
+	dec := json.NewDecoder(bytes.NewReader(servedDocument(t, false)))
 	dec.UseNumber()
 	var doc map[string]any
 	if err := dec.Decode(&doc); err != nil {
@@ -551,7 +579,7 @@ func TestNoParameterIsPrefilled(t *testing.T) {
 		Paths      map[string]map[string]json.RawMessage
 		Components struct{ Parameters map[string]json.RawMessage }
 	}
-	if err := json.Unmarshal(openAPISource, &doc); err != nil {
+	if err := json.Unmarshal(servedDocument(t, false), &doc); err != nil {
 		t.Fatal(err)
 	}
 	type parameter struct {
@@ -594,5 +622,75 @@ func TestNoParameterIsPrefilled(t *testing.T) {
 	}
 	if checked < 6 {
 		t.Errorf("%d optional parameters checked, want at least limit, after_id, categoryId, status and their HEADs'", checked)
+	}
+}
+
+// TestDocumentResponseHeaders holds every response of every operation in
+// the served document, a shared one of components.responses written out,
+// to the headers DECISIONS.md sections 5 and 18 say each answer carries:
+// X-Request-Id and the rate-limit headers on all; X-API-Stability on
+// the beta and experimental areas' (the header of the operation's
+// x-stability) and none on a stable one's; WWW-Authenticate on a 401;
+// Retry-After on a 429 and a 503; Deprecation, Sunset and Link on a
+// deprecated operation's. Each is a $ref to components.headers, so a
+// shared response of the wrong area, or one missing a header, shows here.
+func TestDocumentResponseHeaders(t *testing.T) {
+	type operation struct {
+		Stability  string `json:"x-stability"`
+		Deprecated bool   `json:"deprecated"`
+		Responses  map[string]struct {
+			Headers map[string]struct {
+				Ref string `json:"$ref"`
+			} `json:"headers"`
+		} `json:"responses"`
+	}
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(servedDocument(t, true), &doc); err != nil {
+		t.Fatal(err)
+	}
+	stability := map[string]string{"beta": "X-API-Stability-Beta", "experimental": "X-API-Stability-Experimental"}
+	checked := 0
+	for path, item := range doc.Paths {
+		for method, raw := range item {
+			var op operation
+			if err := json.Unmarshal(raw, &op); err != nil || op.Responses == nil {
+				continue
+			}
+			for status, r := range op.Responses {
+				checked++
+				where := fmt.Sprintf("%s %s %s", strings.ToUpper(method), path, status)
+				want := map[string]string{}
+				for _, h := range []string{"X-Request-Id", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit-Policy", "RateLimit"} {
+					want[h] = h
+				}
+				if c, ok := stability[op.Stability]; ok {
+					want["X-API-Stability"] = c
+				} else if op.Stability != "stable" {
+					t.Errorf("%s: x-stability %q", where, op.Stability)
+				}
+				switch status {
+				case "401":
+					want["WWW-Authenticate"] = "WWW-Authenticate"
+				case "429", "503":
+					want["Retry-After"] = "Retry-After"
+				}
+				if op.Deprecated {
+					want["Deprecation"], want["Sunset"], want["Link"] = "Deprecation", "Sunset", "Link"
+				}
+				for name, c := range want {
+					if got := r.Headers[name].Ref; got != "#/components/headers/"+c {
+						t.Errorf("%s: header %s is %q, want a $ref to components.headers.%s", where, name, got, c)
+					}
+				}
+				if _, ok := r.Headers["X-API-Stability"]; ok && want["X-API-Stability"] == "" {
+					t.Errorf("%s: X-API-Stability on an operation of a stable area", where)
+				}
+			}
+		}
+	}
+	if checked < 90 {
+		t.Errorf("%d responses checked, want every one of every operation (91 and more)", checked)
 	}
 }

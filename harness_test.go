@@ -479,6 +479,10 @@ func documentOperations(doc []byte) ([]docOperation, error) {
 			Content map[string]json.RawMessage
 		}
 	}
+	doc, err := inlineResponses(doc)
+	if err != nil {
+		return nil, err
+	}
 	if err := json.Unmarshal(doc, &d); err != nil {
 		return nil, err
 	}
@@ -509,6 +513,48 @@ func documentOperations(doc []byte) ([]docOperation, error) {
 	}
 	sort.Slice(ops, func(i, j int) bool { return ops[i].method+ops[i].path < ops[j].method+ops[j].path })
 	return ops, nil
+}
+
+// inlineResponses returns doc with each response of an operation that is
+// a $ref to components.responses replaced by what it refers to, for the
+// tests that read an operation's statuses, headers and bodies. Its numbers
+// are kept as written.
+func inlineResponses(doc []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	var d map[string]any
+	if err := dec.Decode(&d); err != nil {
+		return nil, err
+	}
+	components, _ := d["components"].(map[string]any)
+	shared, _ := components["responses"].(map[string]any)
+	paths, _ := d["paths"].(map[string]any)
+	for path, item := range paths {
+		item, _ := item.(map[string]any)
+		for method, op := range item {
+			op, _ := op.(map[string]any)
+			responses, _ := op["responses"].(map[string]any)
+			for status, r := range responses {
+				rm, _ := r.(map[string]any)
+				ref, ok := rm["$ref"].(string)
+				if !ok {
+					continue
+				}
+				name, found := strings.CutPrefix(ref, "#/components/responses/")
+				if !found || shared[name] == nil {
+					return nil, fmt.Errorf("%s %s %s: %s is no response of components.responses", method, path, status, ref)
+				}
+				responses[status] = shared[name]
+			}
+		}
+	}
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(d); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
 }
 
 // operation returns the operation that method and path name, or nil.

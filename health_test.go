@@ -51,11 +51,12 @@ func TestHealthReadyAndOpenAPI(t *testing.T) {
 			t.Errorf("no %s /categories in the document", op)
 		}
 	}
-	// But for its servers, the served document is openapi.json, every
-	// number exact (an int64's maximum is no float64) and every string
-	// alike, in ASCII as the file is: a pattern's bidi controls and
-	// invisible characters are escapes, not characters that reorder or
-	// hide the text around them where the document is shown.
+	// But for its servers and the HEAD made of each GET, the served
+	// document is openapi.json, every number exact (an int64's maximum is
+	// no float64) and every string alike, in ASCII as the file is: a
+	// pattern's bidi controls and invisible characters are escapes, not
+	// characters that reorder or hide the text around them where the
+	// document is shown.
 	undecided := func(b []byte) map[string]any {
 		dec := json.NewDecoder(bytes.NewReader(b))
 		dec.UseNumber()
@@ -66,11 +67,40 @@ func TestHealthReadyAndOpenAPI(t *testing.T) {
 		delete(m, "servers")
 		return m
 	}
-	if !reflect.DeepEqual(undecided(r.body), undecided(openAPISource)) {
+	served := undecided(r.body)
+	for path, item := range served["paths"].(map[string]any) {
+		item := item.(map[string]any)
+		if _, ok := item["get"]; ok != (item["head"] != nil) {
+			t.Errorf("%s: a GET %v, a HEAD %v; want a HEAD with each GET", path, ok, item["head"] != nil)
+		}
+		delete(item, "head")
+	}
+	if !reflect.DeepEqual(served, undecided(openAPISource)) {
 		t.Errorf("the served document is not openapi.json")
 	}
 	if i := bytes.IndexFunc(r.body, func(r rune) bool { return r >= utf8.RuneSelf }); i >= 0 {
 		t.Errorf("the served document has a character outside ASCII at byte %d: %q", i, r.body[i:min(i+20, len(r.body))])
+	}
+}
+
+// TestOpenAPIDocumentStable: the served document, which openAPIDocument
+// builds from openapi.json at start (the HEADs added), is the same bytes
+// with the same ETags on every start, so that a client's cached copy
+// stays valid across restarts and among instances.
+func TestOpenAPIDocumentStable(t *testing.T) {
+	first, err := serveOpenAPI("http://localhost:8080/v1", "production")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 { // a map ranged in another order each time must not show
+		again, err := serveOpenAPI("http://localhost:8080/v1", "production")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(again.plain, first.plain) || !bytes.Equal(again.gzip, first.gzip) ||
+			again.plainETag[0] != first.plainETag[0] || again.gzipETag[0] != first.gzipETag[0] {
+			t.Fatalf("two starts serve different documents: ETags %s and %s", first.plainETag[0], again.plainETag[0])
+		}
 	}
 }
 

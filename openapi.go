@@ -1,5 +1,6 @@
 // openapi.go owns the served OpenAPI document: the embedded openapi.json
-// with the server's own base address.
+// with the server's own base address and the HEAD operation of each GET,
+// made from the GET.
 
 package main
 
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -22,7 +24,9 @@ import (
 var openAPISource []byte
 
 // openAPIDocument returns the embedded OpenAPI document with the server's
-// own base address in its servers list. Its numbers are kept as written
+// own base address in its servers list, and a HEAD beside each GET (see
+// headOperation). Its keys are sorted, so the same source gives the same
+// bytes, and ETag, on every start. Its numbers are kept as written
 // (an int64's maximum is no float64), and it is ASCII, as openapi.json
 // is: a name pattern's bidi controls and invisible characters stay
 // escapes, which cannot reorder or hide the text around them where the
@@ -35,6 +39,9 @@ func openAPIDocument(publicURL, env string) ([]byte, error) {
 		return nil, fmt.Errorf("embedded openapi.json: %w", err)
 	}
 	doc["servers"] = []map[string]string{{"url": publicURL, "description": env}}
+	if err := addHeadOperations(doc); err != nil {
+		return nil, fmt.Errorf("embedded openapi.json: %w", err)
+	}
 	var out bytes.Buffer
 	enc := json.NewEncoder(&out)
 	enc.SetEscapeHTML(false)
@@ -43,6 +50,87 @@ func openAPIDocument(publicURL, env string) ([]byte, error) {
 		return nil, fmt.Errorf("embedded openapi.json: %w", err)
 	}
 	return asciiJSON(out.Bytes()), nil
+}
+
+// addHeadOperations gives each path of doc that has a GET its HEAD, made
+// by headOperation: the router answers HEAD for every GET pattern, and
+// openapi.json holds no HEAD of its own, so that one cannot drift from
+// its GET.
+func addHeadOperations(doc map[string]any) error {
+	paths, _ := doc["paths"].(map[string]any)
+	components, _ := doc["components"].(map[string]any)
+	responses, _ := components["responses"].(map[string]any)
+	for path, v := range paths {
+		item, _ := v.(map[string]any)
+		if _, ok := item["head"]; ok {
+			return fmt.Errorf("HEAD %s: a HEAD is made from its GET; openapi.json has none", path)
+		}
+		get, ok := item["get"].(map[string]any)
+		if !ok {
+			continue
+		}
+		head, err := headOperation(path, get, responses)
+		if err != nil {
+			return err
+		}
+		item["head"] = head
+	}
+	return nil
+}
+
+// headOperation is the HEAD of the GET at path: the GET's parameters,
+// security, stability and deprecation, its statuses with their
+// descriptions and headers (a response that is a $ref to
+// components.responses taken from there), and no body. Its operationId is
+// the GET's with "head" for "get" or "list" (listPets, headPets).
+func headOperation(path string, get, responses map[string]any) (map[string]any, error) {
+	head := map[string]any{}
+	for k, v := range get {
+		head[k] = v
+	}
+	id, _ := get["operationId"].(string)
+	summary, _ := get["summary"].(string)
+	if id == "" || summary == "" {
+		return nil, fmt.Errorf("GET %s: no operationId or summary", path)
+	}
+	name := strings.TrimPrefix(id, "get")
+	if name == id {
+		name = strings.TrimPrefix(id, "list")
+	}
+	if name == id || name == "" || name[0] < 'A' || name[0] > 'Z' {
+		name = strings.ToUpper(id[:1]) + id[1:]
+	}
+	head["operationId"] = "head" + name
+	head["summary"] = summary + ", headers only"
+	desc := "`GET " + path + "` without the body: the same parameters, statuses and headers"
+	gets, _ := get["responses"].(map[string]any)
+	if get["deprecated"] == true {
+		desc += "; deprecated with it"
+		if _, ok := gets["410"]; ok {
+			desc += ", and retired (410) on the same date"
+		}
+	}
+	head["description"] = desc + "."
+	heads := map[string]any{}
+	for status, v := range gets {
+		r, _ := v.(map[string]any)
+		if ref, ok := r["$ref"].(string); ok {
+			name, found := strings.CutPrefix(ref, "#/components/responses/")
+			r, _ = responses[name].(map[string]any)
+			if !found || r == nil {
+				return nil, fmt.Errorf("GET %s %s: %s is no response of components.responses", path, status, ref)
+			}
+		}
+		h := map[string]any{}
+		for k, v := range r {
+			if k != "content" {
+				h[k] = v
+			}
+		}
+		heads[status] = h
+	}
+	head["responses"] = heads
+	return head, nil
 }
 
 // asciiJSON escapes every code point outside ASCII in a JSON text as
