@@ -1,4 +1,5 @@
-// orders.go owns the store area's orders: validation, create and list.
+// orders.go owns the store area: the orders (validation, create and list)
+// and the inventory.
 
 package main
 
@@ -48,5 +49,22 @@ func handleOrderCreate(store Store, idem *idempotency) http.Handler {
 func handleOrderList(store Store) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSONArray(w, r, func(fn func(Order) error) error { return store.EachOrder(r.Context(), fn) })
+	})
+}
+
+// handleInventory answers with how many pets have each status, every
+// status named (0 when no pet has it).
+func handleInventory(store Store) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		counts, err := store.PetInventory(r.Context())
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		inventory := make(map[string]int64, len(petStatuses))
+		for _, status := range petStatuses {
+			inventory[status] = counts[status]
+		}
+		writeJSON(w, http.StatusOK, inventory)
 	})
 }

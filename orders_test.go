@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -55,4 +56,34 @@ func TestOrders(t *testing.T) {
 	if r := ts.do(t, "GET", "/v1/categories", ts.key, ""); r.header.Get("X-API-Stability") != "" {
 		t.Errorf("categories carry X-API-Stability %q, want none", r.header.Get("X-API-Stability"))
 	}
+}
+
+// TestInventory counts pets by status on either store, every status named,
+// and answers HEAD as GET without the body.
+func TestInventory(t *testing.T) {
+	ts := startServer(t)
+	want := func(r response, counts map[string]int64) {
+		t.Helper()
+		if r.status != 200 || r.header.Get("X-API-Stability") != "experimental" {
+			t.Fatalf("inventory: %d (X-API-Stability %q) %s", r.status, r.header.Get("X-API-Stability"), r.body)
+		}
+		if got := decode[map[string]int64](t, r); !maps.Equal(got, counts) {
+			t.Errorf("inventory = %v, want %v", got, counts)
+		}
+	}
+	want(ts.do(t, "GET", "/v1/store/inventory", ts.key, ""), map[string]int64{"available": 0, "pending": 0, "sold": 0})
+
+	ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"Dog"}`)
+	for _, pet := range []string{`{"name":"Rex","categoryId":1}`, `{"name":"Fido","categoryId":1,"status":"available"}`,
+		`{"name":"Max","categoryId":1,"status":"sold"}`, `{"name":"Bo","categoryId":1,"status":"bogus"}`} {
+		ts.do(t, "POST", "/v1/pets", ts.key, pet)
+	}
+	get := ts.do(t, "GET", "/v1/store/inventory", ts.key, "")
+	want(get, map[string]int64{"available": 2, "pending": 0, "sold": 1})
+
+	head := ts.do(t, "HEAD", "/v1/store/inventory", ts.key, "")
+	if head.status != 200 || len(head.body) != 0 || head.header.Get("Content-Type") != get.header.Get("Content-Type") {
+		t.Errorf("HEAD: %d, %d bytes, Content-Type %q", head.status, len(head.body), head.header.Get("Content-Type"))
+	}
+	wantError(t, ts.do(t, "GET", "/v1/store/inventory", "", ""), 401, "unauthorized")
 }

@@ -364,6 +364,24 @@ func (s *pgStore) CreateOrder(ctx context.Context, o Order, idem *idemWrite[Orde
 	return o, nil
 }
 
+func (s *pgStore) PetInventory(ctx context.Context) (map[string]int64, error) {
+	type statusCount struct {
+		status string
+		n      int64
+	}
+	rows, err := pgRead(ctx, s, "count pets", func(row pgx.CollectableRow) (c statusCount, err error) {
+		return c, row.Scan(&c.status, &c.n)
+	}, "SELECT status, count(*) FROM pets GROUP BY status")
+	if err != nil {
+		return nil, err
+	}
+	counts := make(map[string]int64, len(rows))
+	for _, c := range rows {
+		counts[c.status] = c.n
+	}
+	return counts, nil
+}
+
 func (s *pgStore) EachOrder(ctx context.Context, fn func(Order) error) error {
 	return pgChunks(ctx, s, "list orders", func(row pgx.CollectableRow) (Order, error) {
 		var o Order

@@ -29,6 +29,7 @@ func apiRoutes(store Store, idem *idempotency, cfg serveConfig) []route {
 		{"GET /v1/pets/{petId}", sunset(cfg.petsDeprecation(), time.Now, requireKey(handlePetGet(store)))},
 		{"GET /v1/store/orders", requireKey(handleOrderList(store))},
 		{"POST /v1/store/orders", requireWrite(handleOrderCreate(store, idem))},
+		{"GET /v1/store/inventory", requireKey(handleInventory(store))},
 		{"GET /v1/openapi.json", handleOpenAPI(cfg.publicURL, cfg.env)},
 	}
 }

@@ -214,6 +214,27 @@ func (s *sqliteStore) CreateOrder(ctx context.Context, o Order, idem *idemWrite[
 	return o, nil
 }
 
+func (s *sqliteStore) PetInventory(ctx context.Context) (map[string]int64, error) {
+	rows, err := s.r.QueryContext(ctx, "SELECT status, count(*) FROM pets GROUP BY status")
+	if err != nil {
+		return nil, fmt.Errorf("count pets: %w", sqliteDescribe(err))
+	}
+	defer rows.Close()
+	counts := map[string]int64{}
+	for rows.Next() {
+		var status string
+		var n int64
+		if err := rows.Scan(&status, &n); err != nil {
+			return nil, fmt.Errorf("count pets: %w", sqliteDescribe(err))
+		}
+		counts[status] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count pets: %w", sqliteDescribe(err))
+	}
+	return counts, nil
+}
+
 func (s *sqliteStore) EachOrder(ctx context.Context, fn func(Order) error) error {
 	return sqliteEachChunk(ctx, s.r, "list orders", func(rows *sql.Rows) (Order, error) {
 		var o Order

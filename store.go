@@ -94,6 +94,9 @@ type Store interface {
 	CreateOrder(ctx context.Context, o Order, idem *idemWrite[Order]) (Order, error)
 	// EachOrder calls fn for every order in ascending id order.
 	EachOrder(ctx context.Context, fn func(Order) error) error
+	// PetInventory returns how many pets have each status; a status that
+	// no pet has is absent.
+	PetInventory(ctx context.Context) (map[string]int64, error)
 
 	// CreateKey stores a new key by its hash. rpm and rpd are stored only
 	// for enterprise keys; the others take theirs from the plan table.
