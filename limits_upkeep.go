@@ -1,4 +1,4 @@
-// upkeep.go owns the limiter's way to the database: day counts written
+// limits_upkeep.go owns the limiter's way to the database: day counts written
 // once a second (and, on a shared database, everyone's read back), bans as
 // they come (retried until written), and idle limiter state swept away.
 
