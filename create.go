@@ -1,4 +1,4 @@
-// handlers.go owns the one create path that every POST shares, with or
+// create.go owns the one create path that every POST shares, with or
 // without an Idempotency-Key: read the body, decode, validate, create, map
 // the store's refusal, answer 201. A key wraps its steps (idempotency.go's
 // idemCall): it may answer before them, stores the create's answer with
