@@ -42,9 +42,9 @@ var boundaryExceptions = map[string][]string{
 	"main.go:serve": {"errStoppedWaiting", "holdServeLock", "newRedisLimiter", "redisLimiter", "redisOptions", "redisPrefixOf", "warnReplication"},
 	// copy holds each SQLite file's serve lock while it copies.
 	"copy.go:runCopy": {"holdDatabase"},
-	// backup is SQLite's alone (VACUUM INTO), in a file without the prefix:
-	// named sqlite_backup.go (issue 36, point 5), it needs no entry.
-	"backup.go:backupDatabase": {"checkDatabaseFile", "sqliteDescribe"},
+	// backup copies a SQLite file alone (VACUUM INTO); a URL is refused
+	// before.
+	"cli.go:runBackup": {"sqliteBackup"},
 }
 
 // TestBoundary fails when a product file outside a store's prefix imports
