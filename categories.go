@@ -1,6 +1,6 @@
-// categories.go owns the categories resource: validation and folding of
-// names, the create handler, and the list served from a serialized copy
-// (with ETags), as pages, or streamed.
+// categories.go owns the categories resource: validation of a new category
+// (its name by names.go's rules), the create handler, and the list served
+// from a serialized copy (with ETags), as pages, or streamed.
 
 package main
 
@@ -18,16 +18,12 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	lru "github.com/hashicorp/golang-lru/v2"
-	"golang.org/x/text/cases"
-	"golang.org/x/text/unicode/norm"
 )
 
 const (
-	maxNameLen        = 100
 	maxDescriptionLen = 1000
 	// descriptionPattern is the OpenAPI document's pattern of a
 	// description: no U+0000, which PostgreSQL's text cannot hold.
@@ -39,30 +35,6 @@ const (
 type newCategory struct {
 	Name        *string `json:"name"`
 	Description *string `json:"description"`
-}
-
-// validName trims name and checks it against the name rules: 1 to 100
-// code points, no control characters, no bidi controls or invisible
-// (default-ignorable) code points but the joiner and variation selectors
-// (refusedInName). field names the field in errors.
-func validName(field string, name *string) (string, *apiError) {
-	if name == nil {
-		return "", errorf("validation_failed", "%s is required", field)
-	}
-	n := strings.TrimSpace(*name)
-	switch l := utf8.RuneCountInString(n); {
-	case l == 0:
-		return "", errorf("validation_failed", "%s must not be empty", field)
-	case l > maxNameLen:
-		return "", errorf("validation_failed", "%s must be at most %d characters, got %d", field, maxNameLen, l)
-	}
-	if strings.IndexFunc(n, unicode.IsControl) >= 0 {
-		return "", errorf("validation_failed", "%s must not contain control characters", field)
-	}
-	if r, why, ok := refusedInName(n); ok {
-		return "", errorf("validation_failed", "%s must not contain U+%04X, %s", field, r, why)
-	}
-	return n, nil
 }
 
 // validate checks a new category and returns it as it is to be stored,
@@ -82,27 +54,6 @@ func (c newCategory) validate() (Category, *apiError) {
 		}
 	}
 	return Category{Name: name, Description: c.Description}, nil
-}
-
-// foldName is the key under which category names are unique: Unicode full
-// case folding, then NFC, so "Dog" and "dog", "ÉCOLE" and "école", and
-// "Straße" and "STRASSE" collide.
-//
-// For an ASCII name, the usual case, that is ASCII lower case: no other
-// rune folds to or from ASCII here (U+212A KELVIN SIGN folds to "k", but
-// it is not ASCII), and NFC leaves ASCII alone. FuzzFoldName checks this
-// shortcut against the full path.
-func foldName(name string) string {
-	for i := 0; i < len(name); i++ {
-		if name[i] >= utf8.RuneSelf {
-			return foldUnicode(name)
-		}
-	}
-	return strings.ToLower(name)
-}
-
-func foldUnicode(name string) string {
-	return norm.NFC.String(cases.Fold().String(norm.NFC.String(name)))
 }
 
 func handleCategoryCreate(store Store, idem *idempotency) http.Handler {
