@@ -431,8 +431,8 @@ func TestTooLargeListIsNotReadTwice(t *testing.T) {
 }
 
 // TestListReadOnceAfterWrite checks that the GETs in flight after a write
-// share one read of the list: each used to read and serialize it on its
-// own, all 32 of them here, because each found the cached copy stale.
+// share one read of the list, rather than each of the 32 here finding the
+// cached copy stale and reading and serializing it on its own.
 func TestListReadOnceAfterWrite(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "herd.db")
 	key := createKey(t, db, "--plan", "business")

@@ -38,7 +38,7 @@ func errorMessage(t *testing.T, r response, status int, code string) string {
 	return decode[apiError](t, r).Message
 }
 
-// TestLookalikeNames: with dog stored, the lookalikes of issue 27 are 400
+// TestLookalikeNames: with dog stored, its lookalikes are 400
 // (an invisible or bidi code point, named in the message) or 409 (the same
 // name under NFKC and case folding, naming dog); emoji with a variation
 // selector or a zero-width joiner stay valid, and Straße still equals

@@ -124,9 +124,9 @@ func unwrapPathError(err error) error {
 // SQLite's default 2,000 KiB (the readers keep theirs). The writer mostly
 // appends: a batch of creates touches the right edge of each table and the
 // pages of its indexes where the new names fall, a few dozen pages, and a
-// page it no longer holds is a pread from the kernel's cache. Under the
-// harness's POSTs the default was 3 MiB of the server's peak RSS, for no
-// creates a second (BENCHMARKS.md, issue 19).
+// page it no longer holds is a pread from the kernel's cache. The cap
+// lowers the server's peak RSS and costs no creates a second
+// (BENCHMARKS.md has the figures).
 const writerCache = "&_pragma=cache_size(-512)"
 
 // openSQLite opens the database at path. With migrateUp it creates a missing
@@ -269,8 +269,8 @@ func isForeignKeyViolation(err error) bool {
 // id to start after and the number of rows, and idOf gives a row's id. Each
 // chunk is read whole and its connection given back to the read pool before
 // fn sees any of it, so that a slow client, to whom fn writes, holds none of
-// the pool's four connections (four such clients used to stall every read,
-// /readyz included, for up to the write timeout).
+// the pool's four connections (four such clients would otherwise stall
+// every read, /readyz included, for up to the write timeout).
 func sqliteEachChunk[T any](ctx context.Context, db *sql.DB, what string, scan func(*sql.Rows) (T, error), idOf func(T) int64, fn func(T) error, query string, args ...any) error {
 	chunk := make([]T, 0, listChunk)
 	return inChunks(func(after int64) ([]T, error) {
