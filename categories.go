@@ -56,9 +56,9 @@ func (c newCategory) validate() (Category, *apiError) {
 	return Category{Name: name, Description: c.Description}, nil
 }
 
-func handleCategoryCreate(store Store, idem *idempotency) http.Handler {
+func handleCategoryCreate(store catalogStore, idem *idempotency) http.Handler {
 	return handleCreate[newCategory](store, idem,
-		func(store Store, ctx context.Context, c Category, w *idemWrite[Category]) (Category, error) {
+		func(store catalogStore, ctx context.Context, c Category, w *idemWrite[Category]) (Category, error) {
 			return store.CreateCategory(ctx, c, foldName(c.Name), w)
 		},
 		func(c Category, err error) *apiError {
@@ -95,13 +95,13 @@ type listSnapshot struct {
 // copy that any write invalidates (answering If-None-Match with 304), or
 // streamed when it is too large to keep; or one page of it.
 type categoryLists struct {
-	store     Store
+	store     catalogStore
 	local     localGen // store, when its generation is known in memory; else nil
 	publicURL string
 	cached    atomic.Pointer[listSnapshot]
 	pages     *lru.Cache[pageKey, *listSnapshot]
 	// tooLarge is set once the list outgrew maxCachedList: a list only
-	// grows (the Store's rules, store.go), so from then on it is streamed
+	// grows (catalogStore's rules, store.go), so from then on it is streamed
 	// without first being read up to that size again, on every request,
 	// to find out.
 	tooLarge atomic.Bool
@@ -121,11 +121,11 @@ type categoryLists struct {
 }
 
 // localGen is what a store whose CategoriesGen is a counter in this
-// process's memory, never an error and never a wait, offers besides Store
-// (SQLite does; PostgreSQL's generation lives in the database). It is an
-// optional interface, not a concrete type, so this file names no store; a
-// store that wraps another (as a test's does) hides it and takes the path
-// with a deadline.
+// process's memory, never an error and never a wait, offers besides
+// catalogStore (SQLite does; PostgreSQL's generation lives in the
+// database). It is an optional interface, not a concrete type, so this file
+// names no store; a store that wraps another (as a test's does) hides it
+// and takes the path with a deadline.
 type localGen interface{ localCategoriesGen() uint64 }
 
 // pageKey names a page of the list: ?after_id=afterID&limit=limit.
@@ -138,7 +138,7 @@ const (
 	maxCachedPage  = 32 << 10
 )
 
-func handleCategoryList(store Store, publicURL string, busy time.Duration) http.Handler {
+func handleCategoryList(store catalogStore, publicURL string, busy time.Duration) http.Handler {
 	pages, err := lru.New[pageKey, *listSnapshot](maxCachedPages)
 	if err != nil {
 		panic(err) // only for a size below 1
@@ -334,7 +334,7 @@ func (l *categoryLists) servePage(w http.ResponseWriter, r *http.Request, q url.
 	}
 	key := pageKey{afterID: afterID, limit: limit}
 	snap, ok := l.pages.Get(key)
-	if ok && snap.linkHeader != nil { // a full page never goes stale (the Store's rules)
+	if ok && snap.linkHeader != nil { // a full page never goes stale (catalogStore's rules)
 		serveSnapshot(w, r, snap)
 		return
 	}
@@ -355,7 +355,7 @@ func (l *categoryLists) servePage(w http.ResponseWriter, r *http.Request, q url.
 }
 
 // page reads and serializes one page of generation gen, and keeps it if it
-// is small enough. By the Store's rules (store.go), a full page stays right
+// is small enough. By catalogStore's rules (store.go), a full page stays right
 // forever; a page that is not full (the end of the list) is right until the
 // next write. It is read after gen was, so it holds at least
 // generation gen: a write that came in meanwhile only makes it newer.

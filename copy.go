@@ -82,7 +82,7 @@ func (t copyTable) names() []string {
 
 // copier is a store that copy can read whole and fill.
 type copier interface {
-	Store
+	adminStore
 	// rowCount returns how many rows table t holds.
 	rowCount(ctx context.Context, t copyTable) (int64, error)
 	// copyOut returns t's rows in order, as colKind says.

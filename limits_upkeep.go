@@ -17,7 +17,7 @@ const sweepEvery = 10
 // upkeep keeps a limiter's state in the store.
 type upkeep struct {
 	lim   rateLimiter
-	store Store
+	store upkeepStore
 	keys  *keyring // whose used keys get their last use written with the counts
 	bans  *banQueue
 	m     *serverMetrics

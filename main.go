@@ -358,7 +358,7 @@ func unwrapOpError(err error) error {
 
 // createFirstKey creates a free key and prints it once to stderr when the
 // database has no keys at all, so that a new user can call the API at once.
-func createFirstKey(ctx context.Context, store Store, keys *keyring, env string, stderr io.Writer) error {
+func createFirstKey(ctx context.Context, store keyStore, keys *keyring, env string, stderr io.Writer) error {
 	secret := newKeySecret(env)
 	k, created, err := store.CreateFirstKey(ctx, hashKey(secret), "first key", env)
 	if err != nil || !created {

@@ -64,7 +64,7 @@ func refusedBy(noRow error, holder *string) error {
 
 // lockCatalog makes the creates of all instances take turns, a batch at a
 // time, from before their ids are drawn until their commit is visible: it
-// is how PostgreSQL keeps the Store's rule that ids ascend (store.go). A
+// is how PostgreSQL keeps catalogStore's rule that ids ascend (store.go). A
 // sequence hands out ids in the order it is asked, but transactions commit
 // in any order: without the lock, id 11 could become visible before id 10,
 // and a client paging by after_id past 11 would never see 10. It is an
@@ -208,7 +208,7 @@ func (s *pgStore) CreateCategory(ctx context.Context, c Category, fold string, i
 }
 
 // CategoriesGen is the highest id of a visible category, which names the
-// set of them by the Store's rules (store.go). Asking the database every time is what lets
+// set of them by catalogStore's rules (store.go). Asking the database every time is what lets
 // every instance serve a cached list that is never missing a category that
 // another one has acknowledged; the requests that ask at once share one
 // query (sharedRead).
