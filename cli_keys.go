@@ -126,7 +126,7 @@ func withStore(ctx context.Context, path string, create bool, do func(Store) err
 		return err
 	}
 	if !create && !isPostgresURL(path) {
-		if err := checkDatabaseFile(path, false); err != nil {
+		if err := sqliteCheckDatabaseFile(path, false); err != nil {
 			return err
 		}
 	}

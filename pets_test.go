@@ -96,7 +96,7 @@ func TestPetNeedsCategoryInTheDatabase(t *testing.T) {
 	// bypassed.
 	db := filepath.Join(t.TempDir(), "fk.db")
 	s := testStore(t, db, true)
-	if _, err := s.w.Exec("INSERT INTO pets (name, category_id, status) VALUES ('x', 42, 'available')"); !isForeignKeyViolation(err) {
+	if _, err := s.w.Exec("INSERT INTO pets (name, category_id, status) VALUES ('x', 42, 'available')"); !sqliteIsForeignKeyViolation(err) {
 		t.Errorf("orphan pet: %v, want a foreign key violation", err)
 	}
 	if _, err := s.CreateOrder(context.Background(), Order{PetID: 42, Quantity: 1, Status: "placed"}, nil); err != errNoReference {

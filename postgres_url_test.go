@@ -333,8 +333,8 @@ func TestEachOnce(t *testing.T) {
 		{fmt.Errorf("%w (again)", errors.Join(a, a)), "a: refused\na: refused (again)"},
 	}
 	for _, tt := range tests {
-		if got := eachOnce(tt.err); got != tt.want {
-			t.Errorf("eachOnce(%q) = %q, want %q", tt.err, got, tt.want)
+		if got := pgEachOnce(tt.err); got != tt.want {
+			t.Errorf("pgEachOnce(%q) = %q, want %q", tt.err, got, tt.want)
 		}
 	}
 }

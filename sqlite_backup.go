@@ -24,7 +24,7 @@ import (
 // It writes a temporary file beside dest, syncs it and links it into place,
 // so dest is either absent or complete.
 func sqliteBackup(ctx context.Context, path, dest string, busy time.Duration) error {
-	if err := checkDatabaseFile(path, false); err != nil {
+	if err := sqliteCheckDatabaseFile(path, false); err != nil {
 		return err
 	}
 	if _, err := os.Lstat(dest); err == nil {

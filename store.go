@@ -68,7 +68,7 @@ type Store interface {
 //     as name_cmp, is no change); so SQLite's ids need no AUTOINCREMENT.
 //   - Ids ascend. A row never becomes visible with an id lower than a
 //     visible row's (SQLite has one writer; PostgreSQL's creates take
-//     turns under lockCatalog until they commit), and no id a reader has
+//     turns under pgLockCatalog until they commit), and no id a reader has
 //     seen is handed out again.
 //   - What follows: a list may assume that the rows up to the highest id it
 //     read are all there is up to that id, for good: rows read by ascending
