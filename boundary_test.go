@@ -60,7 +60,8 @@ var boundaryExceptions = map[string][]string{
 	// The flags of serve: their defaults, and a Redis URL checked at start.
 	"cli_serve.go:parseServe": {"pgDefaultMaxConns", "defaultRedisTimeout"},
 	"cli_serve.go:validate":   {"parseRedisURL"},
-	// serve's wiring: one serve per SQLite file, and the Redis limiter.
+	// serve's wiring: one serve per SQLite file, the Redis limiter, and
+	// the warning of a PostgreSQL database without a synchronous standby.
 	"main.go:serve": {"errSQLiteStoppedWaiting", "sqliteHoldServeLock", "newRedisLimiter", "redisLimiter", "redisOptions", "redisPrefixOf", "pgWarnReplication"},
 	// copy holds each SQLite file's serve lock while it copies.
 	"copy.go:runCopy": {"sqliteHoldDatabase"},
