@@ -98,7 +98,7 @@ type acmeDomain struct {
 	m     atomic.Pointer[autocert.Manager]
 }
 
-func newACMECerts(ctx context.Context, cfg serveConfig, store Store, logger *slog.Logger) (certSource, error) {
+func newACMECerts(ctx context.Context, cfg serveConfig, store acmeStore, logger *slog.Logger) (certSource, error) {
 	tr, err := newACMETransport(cfg.acmeCAFile)
 	if err != nil {
 		return nil, err

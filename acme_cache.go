@@ -53,7 +53,7 @@ const acmeMaxHold = 10 * time.Minute
 // through unlocked: every instance reads them, so that whichever one the
 // CA reaches answers.
 type acmeCache struct {
-	store Store
+	store acmeStore
 	dir   string          // the CA's directory URL
 	names map[string]bool // the listed names: their keys are certificates'
 	now   func() time.Time
@@ -83,7 +83,7 @@ type acmeHold struct {
 	requests int64 // caRequests when it began
 }
 
-func newACMECache(store Store, dir string, names []string, now func() time.Time, logger *slog.Logger) *acmeCache {
+func newACMECache(store acmeStore, dir string, names []string, now func() time.Time, logger *slog.Logger) *acmeCache {
 	c := &acmeCache{store: store, dir: dir, names: map[string]bool{}, now: now, log: logger,
 		turn: make(chan struct{}, 1), closed: make(chan struct{}), puts: map[string]int{}, served: map[string]bool{},
 		caRequests: func() int64 { return 0 }, renewalFailed: func(string) {}}

@@ -86,7 +86,7 @@ func bearerToken(h string) (string, bool) {
 // hands every key whose ban changed (a new key: whose ban is set) to
 // onChange.
 type keyring struct {
-	store    Store
+	store    keyStore
 	env      string
 	onChange func(*apiKey)
 	now      func() time.Time // when a key's expiry is checked
@@ -97,7 +97,7 @@ type keyring struct {
 	seq    int64
 }
 
-func newKeyring(store Store, env string, now func() time.Time, onChange func(*apiKey)) *keyring {
+func newKeyring(store keyStore, env string, now func() time.Time, onChange func(*apiKey)) *keyring {
 	return &keyring{store: store, env: env, now: now, onChange: onChange,
 		byHash: map[[32]byte]*apiKey{}, byID: map[int64]*apiKey{}, seq: -1}
 }

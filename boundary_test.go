@@ -15,11 +15,33 @@ import (
 
 // storePrefixes are the boundaries of the storage code: each store's files
 // start with its prefix, and only they import its driver or name what they
-// declare (docs/design.md, "File map").
-var storePrefixes = []struct{ prefix, driver string }{
-	{"sqlite", "modernc.org/sqlite"},
-	{"postgres", "github.com/jackc/pgx"},
-	{"limits_redis", "github.com/redis/rueidis"},
+// declare (docs/design.md, "File map"). Every name they declare says its
+// store by one of its words: at the start in lower case (sqliteDescribe,
+// pgStore), or after a verb capitalized (openSQLite, newRedisLimiter).
+var storePrefixes = []struct {
+	prefix, driver string
+	words          []string
+}{
+	{"sqlite", "modernc.org/sqlite", []string{"sqlite", "SQLite"}},
+	{"postgres", "github.com/jackc/pgx", []string{"pg", "postgres", "Pg", "Postgres"}},
+	{"limits_redis", "github.com/redis/rueidis", []string{"redis", "Redis"}},
+}
+
+// saysStore reports whether name, declared in the files of prefix, says
+// that store by one of its words.
+func saysStore(name, prefix string) bool {
+	for _, p := range storePrefixes {
+		if p.prefix != prefix {
+			continue
+		}
+		for _, w := range p.words {
+			if w[0] >= 'a' && w[0] <= 'z' && strings.HasPrefix(name, w) ||
+				w[0] >= 'A' && w[0] <= 'Z' && strings.Contains(name, w) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // boundaryExceptions are the names declared in a store's files that a
@@ -34,17 +56,18 @@ var boundaryExceptions = map[string][]string{
 	// that a SQLite file exists, for the keys commands that must not
 	// create one.
 	"cli.go:checkDBPath":    {"checkPostgresURL"},
-	"cli_keys.go:withStore": {"checkDatabaseFile"},
+	"cli_keys.go:withStore": {"sqliteCheckDatabaseFile"},
 	// The flags of serve: their defaults, and a Redis URL checked at start.
-	"cli_serve.go:parseServe": {"defaultMaxConns", "defaultRedisTimeout"},
+	"cli_serve.go:parseServe": {"pgDefaultMaxConns", "defaultRedisTimeout"},
 	"cli_serve.go:validate":   {"parseRedisURL"},
-	// serve's wiring: one serve per SQLite file, and the Redis limiter.
-	"main.go:serve": {"errStoppedWaiting", "holdServeLock", "newRedisLimiter", "redisLimiter", "redisOptions", "redisPrefixOf", "warnReplication"},
+	// serve's wiring: one serve per SQLite file, the Redis limiter, and
+	// the warning of a PostgreSQL database without a synchronous standby.
+	"main.go:serve": {"errSQLiteStoppedWaiting", "sqliteHoldServeLock", "newRedisLimiter", "redisLimiter", "redisOptions", "redisPrefixOf", "pgWarnReplication"},
 	// copy holds each SQLite file's serve lock while it copies.
-	"copy.go:runCopy": {"holdDatabase"},
-	// backup is SQLite's alone (VACUUM INTO), in a file without the prefix:
-	// named sqlite_backup.go (issue 36, point 5), it needs no entry.
-	"backup.go:backupDatabase": {"checkDatabaseFile", "sqliteDescribe"},
+	"copy.go:runCopy": {"sqliteHoldDatabase"},
+	// backup copies a SQLite file alone (VACUUM INTO); a URL is refused
+	// before.
+	"cli.go:runBackup": {"sqliteBackup"},
 }
 
 // TestBoundary fails when a product file outside a store's prefix imports
@@ -75,6 +98,9 @@ func TestBoundary(t *testing.T) {
 	for _, e := range rep.unused {
 		t.Errorf("boundaryExceptions lists %s, which is not used there: remove it", e)
 	}
+	for _, n := range rep.unnamed {
+		t.Errorf("%s does not say its store: give it the prefix", n)
+	}
 	for _, p := range storePrefixes {
 		if rep.names[p.prefix] < 10 {
 			t.Errorf("%d names declared in %s*.go: the check would see almost nothing", rep.names[p.prefix], p.prefix)
@@ -83,9 +109,10 @@ func TestBoundary(t *testing.T) {
 }
 
 type boundaryReport struct {
-	found  []string
-	unused []string       // file:function: name, listed and not used
-	names  map[string]int // prefix: how many names its files declare
+	found   []string
+	unused  []string       // file:function: name, listed and not used
+	unnamed []string       // file: name, declared in a store's file without its word
+	names   map[string]int // prefix: how many names its files declare
 }
 
 // boundaryViolations checks the parsed product files, by file name. The
@@ -132,6 +159,9 @@ func boundaryViolations(fset *token.FileSet, files map[string]*ast.File, excepti
 			if id.Name != "_" && id.Name != "init" {
 				declared[id.Name] = p
 				rep.names[p]++
+				if !saysStore(id.Name, p) {
+					rep.unnamed = append(rep.unnamed, name+": "+id.Name)
+				}
 			}
 		}
 	}
@@ -187,6 +217,7 @@ func boundaryViolations(fset *token.FileSet, files map[string]*ast.File, excepti
 		}
 	}
 	sort.Strings(rep.unused)
+	sort.Strings(rep.unnamed)
 	return rep
 }
 
@@ -240,6 +271,24 @@ func TestBoundaryCatches(t *testing.T) {
 	}
 	if len(rep.unused) != 0 {
 		t.Errorf("unused exceptions = %q, want none", rep.unused)
+	}
+	wantUnnamed := []string{"postgres.go: isUniqueViolation", "sqlite.go: busyCode", "sqlite.go: errBusy", "sqlite_lock.go: holdDatabase"}
+	if !slices.Equal(rep.unnamed, wantUnnamed) {
+		t.Errorf("names without their store = %q, want %q", rep.unnamed, wantUnnamed)
+	}
+	for _, tt := range []struct {
+		name, prefix string
+		want         bool
+	}{
+		{"sqliteDescribe", "sqlite", true}, {"openSQLite", "sqlite", true}, {"errSQLiteStoppedWaiting", "sqlite", true},
+		{"pgStore", "postgres", true}, {"postgresConfig", "postgres", true}, {"newPgIdemLocks", "postgres", true},
+		{"redisLimiter", "limits_redis", true}, {"newRedisLimiter", "limits_redis", true},
+		{"holdDatabase", "sqlite", false}, {"upgrade", "postgres", false}, {"libpqHosts", "postgres", false},
+		{"sqliteX", "postgres", false}, {"pgStore", "sqlite", false}, {"predis", "limits_redis", false},
+	} {
+		if got := saysStore(tt.name, tt.prefix); got != tt.want {
+			t.Errorf("saysStore(%q, %q) = %v, want %v", tt.name, tt.prefix, got, tt.want)
+		}
 	}
 	if rep.names["sqlite"] != 5 || rep.names["postgres"] != 2 || rep.names["limits_redis"] != 1 {
 		t.Errorf("names declared = %v, want sqlite 5 (no method), postgres 2, limits_redis 1", rep.names)

@@ -1,6 +1,6 @@
-// categories.go owns the categories resource: validation and folding of
-// names, the create handler, and the list served from a serialized copy
-// (with ETags), as pages, or streamed.
+// categories.go owns the categories resource: validation of a new category
+// (its name by names.go's rules), the create handler, and the list served
+// from a serialized copy (with ETags), as pages, or streamed.
 
 package main
 
@@ -18,16 +18,12 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	lru "github.com/hashicorp/golang-lru/v2"
-	"golang.org/x/text/cases"
-	"golang.org/x/text/unicode/norm"
 )
 
 const (
-	maxNameLen        = 100
 	maxDescriptionLen = 1000
 	// descriptionPattern is the OpenAPI document's pattern of a
 	// description: no U+0000, which PostgreSQL's text cannot hold.
@@ -39,30 +35,6 @@ const (
 type newCategory struct {
 	Name        *string `json:"name"`
 	Description *string `json:"description"`
-}
-
-// validName trims name and checks it against the name rules: 1 to 100
-// code points, no control characters, no bidi controls or invisible
-// (default-ignorable) code points but the joiner and variation selectors
-// (refusedInName). field names the field in errors.
-func validName(field string, name *string) (string, *apiError) {
-	if name == nil {
-		return "", errorf("validation_failed", "%s is required", field)
-	}
-	n := strings.TrimSpace(*name)
-	switch l := utf8.RuneCountInString(n); {
-	case l == 0:
-		return "", errorf("validation_failed", "%s must not be empty", field)
-	case l > maxNameLen:
-		return "", errorf("validation_failed", "%s must be at most %d characters, got %d", field, maxNameLen, l)
-	}
-	if strings.IndexFunc(n, unicode.IsControl) >= 0 {
-		return "", errorf("validation_failed", "%s must not contain control characters", field)
-	}
-	if r, why, ok := refusedInName(n); ok {
-		return "", errorf("validation_failed", "%s must not contain U+%04X, %s", field, r, why)
-	}
-	return n, nil
 }
 
 // validate checks a new category and returns it as it is to be stored,
@@ -84,30 +56,9 @@ func (c newCategory) validate() (Category, *apiError) {
 	return Category{Name: name, Description: c.Description}, nil
 }
 
-// foldName is the key under which category names are unique: Unicode full
-// case folding, then NFC, so "Dog" and "dog", "ÉCOLE" and "école", and
-// "Straße" and "STRASSE" collide.
-//
-// For an ASCII name, the usual case, that is ASCII lower case: no other
-// rune folds to or from ASCII here (U+212A KELVIN SIGN folds to "k", but
-// it is not ASCII), and NFC leaves ASCII alone. FuzzFoldName checks this
-// shortcut against the full path.
-func foldName(name string) string {
-	for i := 0; i < len(name); i++ {
-		if name[i] >= utf8.RuneSelf {
-			return foldUnicode(name)
-		}
-	}
-	return strings.ToLower(name)
-}
-
-func foldUnicode(name string) string {
-	return norm.NFC.String(cases.Fold().String(norm.NFC.String(name)))
-}
-
-func handleCategoryCreate(store Store, idem *idempotency) http.Handler {
+func handleCategoryCreate(store catalogStore, idem *idempotency) http.Handler {
 	return handleCreate[newCategory](store, idem,
-		func(store Store, ctx context.Context, c Category, w *idemWrite[Category]) (Category, error) {
+		func(store catalogStore, ctx context.Context, c Category, w *idemWrite[Category]) (Category, error) {
 			return store.CreateCategory(ctx, c, foldName(c.Name), w)
 		},
 		func(c Category, err error) *apiError {
@@ -144,13 +95,13 @@ type listSnapshot struct {
 // copy that any write invalidates (answering If-None-Match with 304), or
 // streamed when it is too large to keep; or one page of it.
 type categoryLists struct {
-	store     Store
+	store     catalogStore
 	local     localGen // store, when its generation is known in memory; else nil
 	publicURL string
 	cached    atomic.Pointer[listSnapshot]
 	pages     *lru.Cache[pageKey, *listSnapshot]
 	// tooLarge is set once the list outgrew maxCachedList: a list only
-	// grows (the Store's rules, store.go), so from then on it is streamed
+	// grows (catalogStore's rules, store.go), so from then on it is streamed
 	// without first being read up to that size again, on every request,
 	// to find out.
 	tooLarge atomic.Bool
@@ -170,11 +121,11 @@ type categoryLists struct {
 }
 
 // localGen is what a store whose CategoriesGen is a counter in this
-// process's memory, never an error and never a wait, offers besides Store
-// (SQLite does; PostgreSQL's generation lives in the database). It is an
-// optional interface, not a concrete type, so this file names no store; a
-// store that wraps another (as a test's does) hides it and takes the path
-// with a deadline.
+// process's memory, never an error and never a wait, offers besides
+// catalogStore (SQLite does; PostgreSQL's generation lives in the
+// database). It is an optional interface, not a concrete type, so this file
+// names no store; a store that wraps another (as a test's does) hides it
+// and takes the path with a deadline.
 type localGen interface{ localCategoriesGen() uint64 }
 
 // pageKey names a page of the list: ?after_id=afterID&limit=limit.
@@ -187,7 +138,7 @@ const (
 	maxCachedPage  = 32 << 10
 )
 
-func handleCategoryList(store Store, publicURL string, busy time.Duration) http.Handler {
+func handleCategoryList(store catalogStore, publicURL string, busy time.Duration) http.Handler {
 	pages, err := lru.New[pageKey, *listSnapshot](maxCachedPages)
 	if err != nil {
 		panic(err) // only for a size below 1
@@ -383,7 +334,7 @@ func (l *categoryLists) servePage(w http.ResponseWriter, r *http.Request, q url.
 	}
 	key := pageKey{afterID: afterID, limit: limit}
 	snap, ok := l.pages.Get(key)
-	if ok && snap.linkHeader != nil { // a full page never goes stale (the Store's rules)
+	if ok && snap.linkHeader != nil { // a full page never goes stale (catalogStore's rules)
 		serveSnapshot(w, r, snap)
 		return
 	}
@@ -404,7 +355,7 @@ func (l *categoryLists) servePage(w http.ResponseWriter, r *http.Request, q url.
 }
 
 // page reads and serializes one page of generation gen, and keeps it if it
-// is small enough. By the Store's rules (store.go), a full page stays right
+// is small enough. By catalogStore's rules (store.go), a full page stays right
 // forever; a page that is not full (the end of the list) is right until the
 // next write. It is read after gen was, so it holds at least
 // generation gen: a write that came in meanwhile only makes it newer.

@@ -244,7 +244,7 @@ func runBackup(ctx context.Context, args []string, getenv func(string) string, s
 	if isPostgresURL(*db) {
 		return usagef("--db is a PostgreSQL URL and backup copies a SQLite file; back up PostgreSQL with pg_dump (pg_dump --format=custom --file=DEST DBNAME)")
 	}
-	if err := backupDatabase(ctx, *db, pos[0], defaultBusyTimeout); err != nil {
+	if err := sqliteBackup(ctx, *db, pos[0], defaultBusyTimeout); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "backed up %s to %s\n", *db, pos[0])

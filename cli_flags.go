@@ -126,6 +126,11 @@ func fmtDuration(d time.Duration) string {
 // message of a value it refuses: "a log level (debug, ...)".
 type formed interface{ form() string }
 
+var (
+	_ formed = (*dateFlag)(nil)
+	_ formed = levelFlag{}
+)
+
 // checkedValue wraps a flag's Value and keeps what its last refused Set
 // was given, so that a refused value gets a message of its own rather than
 // the flag package's ("invalid value ... for flag -x: parse error").

@@ -126,7 +126,7 @@ func withStore(ctx context.Context, path string, create bool, do func(Store) err
 		return err
 	}
 	if !create && !isPostgresURL(path) {
-		if err := checkDatabaseFile(path, false); err != nil {
+		if err := sqliteCheckDatabaseFile(path, false); err != nil {
 			return err
 		}
 	}
@@ -224,7 +224,7 @@ func viewKey(k apiKey) keyView {
 	return v
 }
 
-func keysCreate(ctx context.Context, s Store, spec keySpec, asJSON bool, stdout, stderr io.Writer) error {
+func keysCreate(ctx context.Context, s keyStore, spec keySpec, asJSON bool, stdout, stderr io.Writer) error {
 	secret := newKeySecret(spec.Env)
 	spec.Hash = hashKey(secret)
 	k, err := s.CreateKey(ctx, spec)
@@ -236,7 +236,7 @@ func keysCreate(ctx context.Context, s Store, spec keySpec, asJSON bool, stdout,
 
 // keysRotate makes the new key of id's lineage and prints it as keys
 // create does; the old key expires after overlap.
-func keysRotate(ctx context.Context, s Store, id int64, overlap time.Duration, asJSON bool, stdout, stderr io.Writer) error {
+func keysRotate(ctx context.Context, s keyStore, id int64, overlap time.Duration, asJSON bool, stdout, stderr io.Writer) error {
 	old, err := keyByID(ctx, s, id)
 	if err != nil {
 		return err
@@ -271,7 +271,7 @@ func keysRotate(ctx context.Context, s Store, id int64, overlap time.Duration, a
 
 // keyByID returns key id, or the error keys rotate prints for an unknown
 // one.
-func keyByID(ctx context.Context, s Store, id int64) (apiKey, error) {
+func keyByID(ctx context.Context, s keyStore, id int64) (apiKey, error) {
 	keys, err := s.KeysSince(ctx, -1)
 	if err != nil {
 		return apiKey{}, err

@@ -155,7 +155,7 @@ func parseServe(args []string, getenv func(string) string, stdout io.Writer) (se
 	fs := newFlagSet("serve")
 	var cfg serveConfig
 	fs.StringVar(&cfg.db, "db", "petstore.db", dbUsage)
-	fs.IntVar(&cfg.dbMaxConns, "db-max-conns", defaultMaxConns, "PostgreSQL connections this instance opens at most, `N`; instances x N must stay below the server's max_connections")
+	fs.IntVar(&cfg.dbMaxConns, "db-max-conns", pgDefaultMaxConns, "PostgreSQL connections this instance opens at most, `N`; instances x N must stay below the server's max_connections")
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "`HOST:PORT` to listen on; loopback by default, so a first run is not open to the network (:8080 listens on every interface)")
 	fs.StringVar(&cfg.env, "env", "production", "the environment whose keys are accepted, `"+strings.Join(environments, "|")+"`")
 	fs.StringVar(&cfg.publicURL, "public-url", "http://localhost:8080/v1", "the base `URL` clients use, advertised in the OpenAPI document; with --tls-cert https://localhost:PORT/v1, with --acme-domains https://FIRST-DOMAIN/v1")

@@ -82,7 +82,7 @@ func (t copyTable) names() []string {
 
 // copier is a store that copy can read whole and fill.
 type copier interface {
-	Store
+	adminStore
 	// rowCount returns how many rows table t holds.
 	rowCount(ctx context.Context, t copyTable) (int64, error)
 	// copyOut returns t's rows in order, as colKind says.
@@ -121,7 +121,7 @@ func runCopy(ctx context.Context, args []string, getenv func(string) string, std
 	// Nothing serves the source meanwhile (a write after it was read would
 	// be lost), nor the target before it is full: each SQLite file's serve
 	// lock is held until the copy ends.
-	releaseFrom, err := holdDatabase(ctx, *from, false, 0)
+	releaseFrom, err := sqliteHoldDatabase(ctx, *from, false, 0)
 	if err != nil {
 		return fmt.Errorf("--from: %w", err)
 	}
@@ -131,7 +131,7 @@ func runCopy(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	defer src.Close()
-	releaseTo, err := holdDatabase(ctx, *to, true, 0)
+	releaseTo, err := sqliteHoldDatabase(ctx, *to, true, 0)
 	if err != nil {
 		return fmt.Errorf("--to: %w", err)
 	}

@@ -186,7 +186,7 @@ func TestGroupCommitFailsBatchWhenTransactionIsLost(t *testing.T) {
 	}
 }
 
-// TestWriterPageCache: the writer's page cache is capped (writerCache),
+// TestWriterPageCache: the writer's page cache is capped (sqliteWriterCache),
 // the readers keep SQLite's default, and the writer still works past it:
 // 8,000 creates in batches, then every row read back.
 func TestWriterPageCache(t *testing.T) {

@@ -14,9 +14,8 @@ import (
 
 func handleHealth(env string) http.Handler {
 	// The body never changes: encoded once here, not on every request (a
-	// load balancer's probes, and a full TLS handshake per request in the
-	// bench harness's row 12, where encoding the map was most of
-	// petstore's own allocations per connection).
+	// load balancer's probes, each perhaps on a new connection; BENCHMARKS.md
+	// has what encoding it each time cost).
 	var buf bytes.Buffer
 	if err := encodeJSON(&buf, map[string]string{"status": "ok", "env": env, "version": buildVersion()}); err != nil {
 		panic(err) // three strings always encode

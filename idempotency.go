@@ -120,7 +120,7 @@ type idemKey struct {
 // idempotency is the server's side of Idempotency-Key: its settings and
 // the keys of the requests running in this process.
 type idempotency struct {
-	store Store
+	store idemStore
 	ttl   time.Duration // how long answers are kept
 	now   func() time.Time
 
@@ -128,7 +128,7 @@ type idempotency struct {
 	running map[idemKey]struct{}
 }
 
-func newIdempotency(store Store, ttl time.Duration, now func() time.Time) *idempotency {
+func newIdempotency(store idemStore, ttl time.Duration, now func() time.Time) *idempotency {
 	return &idempotency{store: store, ttl: ttl, now: now, running: map[idemKey]struct{}{}}
 }
 

@@ -50,11 +50,9 @@ const autoLengthMax = 2048
 // writeRaw answers with body, JSON encoded before (a stored answer's, for
 // a replay byte for byte). Nearly every such body (errors, 429s, a created
 // row) is under autoLengthMax, and leaving its Content-Length to net/http
-// keeps the header map one entry smaller (TestWriteRawContentLength;
-// BENCHMARKS.md has what it saved a refusal). A 429 had eight entries,
-// which fit the map's first group; X-Content-Type-Options made them nine,
-// which need a table: 5 allocations and 1.1 KB more a refusal
-// (BenchmarkHandlerRefusal, 16 -> 21), the price of nosniff everywhere.
+// keeps the header map one entry smaller (TestWriteRawContentLength): a
+// map past its first group of eight entries becomes a table, at a cost of
+// allocations on every refusal (BENCHMARKS.md has the figures).
 func writeRaw(w http.ResponseWriter, status int, body []byte) {
 	h := w.Header()
 	h["Content-Type"] = jsonContentType

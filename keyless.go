@@ -140,7 +140,7 @@ func connAddr(c net.Conn) netip.Addr {
 // from it, and a failure (or the return) shows within a second and the
 // ping's own wait.
 type readiness struct {
-	store Store
+	store healthStore
 	now   func() time.Time
 
 	mu      sync.Mutex
@@ -149,7 +149,7 @@ type readiness struct {
 	pinging chan struct{} // closed when the ping under way ends; nil: none
 }
 
-func newReadiness(store Store, now func() time.Time) *readiness {
+func newReadiness(store healthStore, now func() time.Time) *readiness {
 	return &readiness{store: store, now: now}
 }
 

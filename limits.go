@@ -2,7 +2,7 @@
 // temporary ban, worked out in exact integer arithmetic with the standard
 // library only. The per-address buckets are in limits_addrs.go, the day
 // counts' way to the database in limits_days.go; the HTTP side is
-// ratelimit.go.
+// limits_http.go.
 
 package main
 

@@ -126,15 +126,15 @@ func redisPrefixOf(ctx context.Context, flag string, deploymentID func(context.C
 // redisRefusals begin the errors with which Redis refuses a client for
 // good: who it is (NOAUTH, WRONGPASS, and Redis 5's "invalid password"),
 // what it may run (NOPERM), or the database number, which this Redis lacks;
-// or Sentinel its master set name (sentinelNoMaster). No retry cures them:
+// or Sentinel its master set name (redisSentinelNoMaster). No retry cures them:
 // at start they stop the start. (rueidis drops the "ERR " of Redis's "ERR
 // DB index is out of range".)
 var redisRefusals = []string{"NOAUTH", "WRONGPASS", "NOPERM", "DB index is out of range", "invalid password",
-	"ERR DB index is out of range", "ERR invalid password", sentinelNoMaster, "ERR " + sentinelNoMaster}
+	"ERR DB index is out of range", "ERR invalid password", redisSentinelNoMaster, "ERR " + redisSentinelNoMaster}
 
-// sentinelNoMaster is Sentinel's answer to a master set name it does not
+// redisSentinelNoMaster is Sentinel's answer to a master set name it does not
 // watch (the last Sentinel asked, when each was).
-const sentinelNoMaster = "No such master with that name"
+const redisSentinelNoMaster = "No such master with that name"
 
 // isRedisRefusal reports whether err is one of redisRefusals. The
 // handshake's errors (HELLO, AUTH, SELECT) are Redis's own; a refused
@@ -191,7 +191,7 @@ func newRedisLimiter(ctx context.Context, o redisOptions, local *limiter, log *s
 		if isRedisRefusal(err) {
 			r.close()
 			msg, _, _ := strings.Cut(err.Error(), "\n")
-			if strings.Contains(msg, sentinelNoMaster) {
+			if strings.Contains(msg, redisSentinelNoMaster) {
 				msg = fmt.Sprintf("the Sentinels know no master named %q (%s)", opt.Sentinel.MasterSet, msg)
 			}
 			return nil, fmt.Errorf("redis %s refused this instance: %s", redactDB(o.url), withoutPassword(msg, u))

@@ -87,11 +87,11 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	defer passed.close()
 	// One serve per SQLite file, before migrating or listening: a second
 	// one would keep caches and minute buckets of its own.
-	release, err := holdServeLock(ctx, cfg.db, len(passed.fromSystemd) > 0, cfg.shutdownTimeout, func(pid int, wait time.Duration) {
+	release, err := sqliteHoldServeLock(ctx, cfg.db, len(passed.fromSystemd) > 0, cfg.shutdownTimeout, func(pid int, wait time.Duration) {
 		logger.Info("waiting for the previous serve to let go of the database", "holder_pid", pid, "wait", wait)
 		logs.Flush()
 	})
-	if errors.Is(err, errStoppedWaiting) {
+	if errors.Is(err, errSQLiteStoppedWaiting) {
 		logger.Info(err.Error())
 		return nil
 	}
@@ -104,7 +104,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		return err
 	}
 	store = wrapStore(ctx, store)
-	warnReplication(logger, store.Replication())
+	pgWarnReplication(logger, store.Replication())
 	listening := false // "stopped" only follows "listening": a failed start prints its error alone
 	defer func() {
 		// Runs last: after the servers drained and the upkeep wrote the
@@ -358,7 +358,7 @@ func unwrapOpError(err error) error {
 
 // createFirstKey creates a free key and prints it once to stderr when the
 // database has no keys at all, so that a new user can call the API at once.
-func createFirstKey(ctx context.Context, store Store, keys *keyring, env string, stderr io.Writer) error {
+func createFirstKey(ctx context.Context, store keyStore, keys *keyring, env string, stderr io.Writer) error {
 	secret := newKeySecret(env)
 	k, created, err := store.CreateFirstKey(ctx, hashKey(secret), "first key", env)
 	if err != nil || !created {

@@ -90,7 +90,7 @@ func (lm *lazyMap[K, V]) get(k K, mk func() V) V {
 // written at each scrape by a metrics writer, as counters: the library's
 // metric with a callback, the Gauge, would type them gauge, and a gauge
 // named *_total is what promtool reports and rate() warns about.
-func newServerMetrics(lim rateLimiter, store Store) *serverMetrics {
+func newServerMetrics(lim rateLimiter, store healthStore) *serverMetrics {
 	set := vm.NewSet()
 	m := &serverMetrics{set: set, refusals: map[string]*vm.Counter{}}
 	for _, reason := range []string{"rate_limited", "quota_exceeded", "key_banned"} {

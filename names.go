@@ -1,7 +1,7 @@
-// names.go owns the rules of category and pet names that Unicode decides:
-// which code points a name may not hold (bidi controls and invisible,
-// default-ignorable ones), and the key under which category names are
-// compared for uniqueness.
+// names.go owns the rules of category and pet names: what a name may be
+// (validName), which code points it may not hold (bidi controls and
+// invisible, default-ignorable ones), and the keys under which category
+// names are unique (foldName, compareName).
 
 package main
 
@@ -15,6 +15,33 @@ import (
 	"golang.org/x/text/cases"
 	"golang.org/x/text/unicode/norm"
 )
+
+// maxNameLen bounds a name, in code points.
+const maxNameLen = 100
+
+// validName trims name and checks it against the name rules: 1 to 100
+// code points, no control characters, no bidi controls or invisible
+// (default-ignorable) code points but the joiner and variation selectors
+// (refusedInName). field names the field in errors.
+func validName(field string, name *string) (string, *apiError) {
+	if name == nil {
+		return "", errorf("validation_failed", "%s is required", field)
+	}
+	n := strings.TrimSpace(*name)
+	switch l := utf8.RuneCountInString(n); {
+	case l == 0:
+		return "", errorf("validation_failed", "%s must not be empty", field)
+	case l > maxNameLen:
+		return "", errorf("validation_failed", "%s must be at most %d characters, got %d", field, maxNameLen, l)
+	}
+	if strings.IndexFunc(n, unicode.IsControl) >= 0 {
+		return "", errorf("validation_failed", "%s must not contain control characters", field)
+	}
+	if r, why, ok := refusedInName(n); ok {
+		return "", errorf("validation_failed", "%s must not contain U+%04X, %s", field, r, why)
+	}
+	return n, nil
+}
 
 // defaultIgnorable reports whether r has Unicode's derived property
 // Default_Ignorable_Code_Point: it is drawn as nothing unless a font knows
@@ -141,6 +168,27 @@ func runeClass(negated bool, in func(rune) bool) string {
 	}
 	b.WriteByte(']')
 	return b.String()
+}
+
+// foldName is the key under which category names are unique: Unicode full
+// case folding, then NFC, so "Dog" and "dog", "ÉCOLE" and "école", and
+// "Straße" and "STRASSE" collide.
+//
+// For an ASCII name, the usual case, that is ASCII lower case: no other
+// rune folds to or from ASCII here (U+212A KELVIN SIGN folds to "k", but
+// it is not ASCII), and NFC leaves ASCII alone. FuzzFoldName checks this
+// shortcut against the full path.
+func foldName(name string) string {
+	for i := 0; i < len(name); i++ {
+		if name[i] >= utf8.RuneSelf {
+			return foldUnicode(name)
+		}
+	}
+	return strings.ToLower(name)
+}
+
+func foldUnicode(name string) string {
+	return norm.NFC.String(cases.Fold().String(norm.NFC.String(name)))
 }
 
 // compareName is the key under which category names are unique (the

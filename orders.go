@@ -37,8 +37,8 @@ func (o newOrder) validate() (Order, *apiError) {
 	return Order{PetID: int64(*o.PetID), Quantity: int64(*o.Quantity), Status: orderPlaced}, nil
 }
 
-func handleOrderCreate(store Store, idem *idempotency) http.Handler {
-	return handleCreate[newOrder](store, idem, Store.CreateOrder, func(o Order, err error) *apiError {
+func handleOrderCreate(store catalogStore, idem *idempotency) http.Handler {
+	return handleCreate[newOrder](store, idem, catalogStore.CreateOrder, func(o Order, err error) *apiError {
 		if errors.Is(err, errNoReference) {
 			return errorf("validation_failed", "petId %d does not name an existing pet", o.PetID)
 		}
@@ -46,7 +46,7 @@ func handleOrderCreate(store Store, idem *idempotency) http.Handler {
 	})
 }
 
-func handleOrderList(store Store) http.Handler {
+func handleOrderList(store catalogStore) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSONArray(w, r, func(fn func(Order) error) error { return store.EachOrder(r.Context(), fn) })
 	})
@@ -54,7 +54,7 @@ func handleOrderList(store Store) http.Handler {
 
 // handleInventory answers with how many pets have each status, every
 // status named (0 when no pet has it).
-func handleInventory(store Store) http.Handler {
+func handleInventory(store catalogStore) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		counts, err := store.PetInventory(r.Context())
 		if err != nil {

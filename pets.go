@@ -41,8 +41,8 @@ func (p newPet) validate() (Pet, *apiError) {
 	return Pet{Name: name, CategoryID: int64(*p.CategoryID), Status: status}, nil
 }
 
-func handlePetCreate(store Store, idem *idempotency) http.Handler {
-	return handleCreate[newPet](store, idem, Store.CreatePet, func(p Pet, err error) *apiError {
+func handlePetCreate(store catalogStore, idem *idempotency) http.Handler {
+	return handleCreate[newPet](store, idem, catalogStore.CreatePet, func(p Pet, err error) *apiError {
 		if errors.Is(err, errNoReference) {
 			return errorf("validation_failed", "categoryId %d does not name an existing category", p.CategoryID)
 		}
@@ -50,7 +50,7 @@ func handlePetCreate(store Store, idem *idempotency) http.Handler {
 	})
 }
 
-func handlePetList(store Store) http.Handler {
+func handlePetList(store catalogStore) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var f petFilter
 		q, err := parseQuery(r)
@@ -80,7 +80,7 @@ func handlePetList(store Store) http.Handler {
 	})
 }
 
-func handlePetGet(store Store) http.Handler {
+func handlePetGet(store catalogStore) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, verr := positiveID("petId", r.PathValue("petId"))
 		if verr != nil {

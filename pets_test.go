@@ -96,7 +96,7 @@ func TestPetNeedsCategoryInTheDatabase(t *testing.T) {
 	// bypassed.
 	db := filepath.Join(t.TempDir(), "fk.db")
 	s := testStore(t, db, true)
-	if _, err := s.w.Exec("INSERT INTO pets (name, category_id, status) VALUES ('x', 42, 'available')"); !isForeignKeyViolation(err) {
+	if _, err := s.w.Exec("INSERT INTO pets (name, category_id, status) VALUES ('x', 42, 'available')"); !sqliteIsForeignKeyViolation(err) {
 		t.Errorf("orphan pet: %v, want a foreign key violation", err)
 	}
 	if _, err := s.CreateOrder(context.Background(), Order{PetID: 42, Quantity: 1, Status: "placed"}, nil); err != errNoReference {
@@ -127,8 +127,8 @@ func TestStagingEnvironment(t *testing.T) {
 
 // TestSlowClientsDoNotHoldReadConnections checks that clients that do not
 // read a long list leave the read pool (four connections) to everyone
-// else: five of them used to stall every read, /readyz included, until the
-// write timeout (60 s).
+// else: five of them must not stall every read, /readyz included, until
+// the write timeout (60 s).
 func TestSlowClientsDoNotHoldReadConnections(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "slow.db")
 	key := createKey(t, db, "--plan", "enterprise", "--rpm", "100000", "--rpd", "1000000")
@@ -158,7 +158,7 @@ func TestSlowClientsDoNotHoldReadConnections(t *testing.T) {
 		// and never read
 	}
 	time.Sleep(500 * time.Millisecond) // for the five to fill their sockets
-	// Far below the 60 s write timeout that used to free the pool, with room
+	// Far below the 60 s write timeout that would free a held pool, with room
 	// for a loaded machine: the five are still writing JSON meanwhile.
 	client := &http.Client{Timeout: 15 * time.Second}
 	for _, u := range []string{ts.base + "/v1/categories?limit=1", ts.admin + "/readyz"} {

@@ -24,11 +24,11 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
-// defaultMaxConns is the default of --db-max-conns: ten connections per
+// pgDefaultMaxConns is the default of --db-max-conns: ten connections per
 // instance, so that six instances (with their four Idempotency-Key lock
 // connections each: pgIdemLockConns) stay within PostgreSQL's default
 // max_connections of 100 and leave room for an operator's psql.
-const defaultMaxConns = 10
+const pgDefaultMaxConns = 10
 
 // pgStore is the Store on a PostgreSQL database, which any number of
 // petstore processes may share. It uses pgx's own pool (pgxpool) rather
@@ -47,9 +47,9 @@ type pgStore struct {
 	closed chan struct{}               // closed by Close: the watch ends
 
 	group             *groupCommitter[*pgBatch]
-	categoriesGen     sharedRead
+	categoriesGen     pgSharedRead
 	categoryListReads atomic.Uint64
-	names             nameFill // postgres_catalog.go
+	names             pgNameFill // postgres_catalog.go
 }
 
 // pgStore must stay a Store: what the handlers, the CLI and the upkeep use
@@ -75,7 +75,7 @@ func postgresConfig(db string, o storeOptions) (*pgxpool.Config, error) {
 	if err != nil {
 		return nil, usagef("--db %s: %s", shown, withoutPassword(err.Error(), u))
 	}
-	cfg.MaxConns = defaultMaxConns
+	cfg.MaxConns = pgDefaultMaxConns
 	if o.maxConns > 0 {
 		cfg.MaxConns = int32(o.maxConns)
 	}
@@ -246,7 +246,7 @@ func describePostgres(err error) error {
 	if err == nil || errors.Is(err, errUnavailable) || errors.Is(err, context.Canceled) {
 		return err // described already, or the client went away
 	}
-	err = connectErrorOnce(err)
+	err = pgConnectErrorOnce(err)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {
@@ -264,39 +264,39 @@ func describePostgres(err error) error {
 	return fmt.Errorf("%w: %w", errDBAway, err)
 }
 
-// onceError is an error with a message of its own, keeping its cause.
-type onceError struct {
+// pgOnceError is an error with a message of its own, keeping its cause.
+type pgOnceError struct {
 	msg string
 	err error
 }
 
-func (e *onceError) Error() string { return e.msg }
-func (e *onceError) Unwrap() error { return e.err }
+func (e *pgOnceError) Error() string { return e.msg }
+func (e *pgOnceError) Unwrap() error { return e.err }
 
-// connectErrorOnce is err with the driver's failure to connect, if it holds
+// pgConnectErrorOnce is err with the driver's failure to connect, if it holds
 // one, saying each reason once, on one line. The driver tries each address
 // twice under the default sslmode=prefer (with TLS, then without) and joins
 // the reasons, so one refused port read "connection refused ... connection
 // refused".
-func connectErrorOnce(err error) error {
+func pgConnectErrorOnce(err error) error {
 	var ce *pgconn.ConnectError
 	if !errors.As(err, &ce) || ce.Config == nil {
 		return err
 	}
-	once := fmt.Sprintf("failed to connect to `user=%s database=%s`: %s", ce.Config.User, ce.Config.Database, eachOnce(errors.Unwrap(ce)))
-	return &onceError{msg: strings.Replace(err.Error(), ce.Error(), once, 1), err: err}
+	once := fmt.Sprintf("failed to connect to `user=%s database=%s`: %s", ce.Config.User, ce.Config.Database, pgEachOnce(errors.Unwrap(ce)))
+	return &pgOnceError{msg: strings.Replace(err.Error(), ce.Error(), once, 1), err: err}
 }
 
-// eachOnce is err's message with the errors it joins each written once,
+// pgEachOnce is err's message with the errors it joins each written once,
 // separated by "; ".
-func eachOnce(err error) string {
+func pgEachOnce(err error) string {
 	if err == nil {
 		return ""
 	}
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		var parts []string
 		for _, e := range j.Unwrap() {
-			if p := eachOnce(e); !slices.Contains(parts, p) {
+			if p := pgEachOnce(e); !slices.Contains(parts, p) {
 				parts = append(parts, p)
 			}
 		}
@@ -304,7 +304,7 @@ func eachOnce(err error) string {
 	}
 	if inner := errors.Unwrap(err); inner != nil {
 		if msg, in := err.Error(), inner.Error(); strings.HasSuffix(msg, in) {
-			return msg[:len(msg)-len(in)] + eachOnce(inner)
+			return msg[:len(msg)-len(in)] + pgEachOnce(inner)
 		}
 	}
 	return err.Error()

@@ -107,7 +107,7 @@ func (l *pgACMELock) lock(ctx context.Context, busy time.Duration) (func(), erro
 		switch {
 		case err == nil && readOnly: // a fenced old primary: the lock would keep no one out
 			closeConn()
-			return nil, fmt.Errorf("the ACME issuer lock: %w", errReadOnlyServer)
+			return nil, fmt.Errorf("the ACME issuer lock: %w", errPgReadOnlyServer)
 		case err == nil:
 			return func() {
 				uctx, cancel := context.WithTimeout(context.Background(), busy)

@@ -25,7 +25,7 @@ type pgBatch struct {
 	then []func(next *pgx.Batch)
 }
 
-// insertID queues a create's statement (keyedForm's unkeyed form), which
+// insertID queues a create's statement (pgKeyedForm's unkeyed form), which
 // returns the new row's id, or NULL and what holds the name. A NULL id (ON
 // CONFLICT DO NOTHING, or a WHERE EXISTS that found no referenced row)
 // fails this write alone, with noRow: PostgreSQL would undo the whole
@@ -40,7 +40,7 @@ func (b *pgBatch) insertID(noRow error, id *int64, query string, args ...any) {
 			return err
 		}
 		if made == nil {
-			b.errs[i] = refusedBy(noRow, holder)
+			b.errs[i] = pgRefusedBy(noRow, holder)
 		} else {
 			*id = *made
 		}
@@ -48,23 +48,23 @@ func (b *pgBatch) insertID(noRow error, id *int64, query string, args ...any) {
 	})
 }
 
-// refusedBy is the refusal noRow, naming the category that holds the name
+// pgRefusedBy is the refusal noRow, naming the category that holds the name
 // for a conflict. A category's statement that made no row and found no
 // holder (which its snapshot would show) was stopped by a category without
-// a comparison key: errNamesUnfilled.
-func refusedBy(noRow error, holder *string) error {
+// a comparison key: errPgNamesUnfilled.
+func pgRefusedBy(noRow error, holder *string) error {
 	if errors.Is(noRow, errConflict) {
 		if holder == nil {
-			return errNamesUnfilled
+			return errPgNamesUnfilled
 		}
 		return conflictNamed(holder)
 	}
 	return noRow
 }
 
-// lockCatalog makes the creates of all instances take turns, a batch at a
+// pgLockCatalog makes the creates of all instances take turns, a batch at a
 // time, from before their ids are drawn until their commit is visible: it
-// is how PostgreSQL keeps the Store's rule that ids ascend (store.go). A
+// is how PostgreSQL keeps catalogStore's rule that ids ascend (store.go). A
 // sequence hands out ids in the order it is asked, but transactions commit
 // in any order: without the lock, id 11 could become visible before id 10,
 // and a client paging by after_id past 11 would never see 10. It is an
@@ -74,11 +74,11 @@ func refusedBy(noRow error, holder *string) error {
 // would also block VACUUM and ANALYZE (SHARE UPDATE EXCLUSIVE), and
 // autovacuum would stall creates and never finish on a busy table. The lock
 // costs a statement per batch, not per create, sent with BEGIN.
-const lockCatalog = "SELECT pg_advisory_xact_lock(1885697139, " + schemaKey + ")"
+const pgLockCatalog = "SELECT pg_advisory_xact_lock(1885697139, " + pgSchemaKey + ")"
 
-// schemaKey is the second half of petstore's advisory lock keys: the OID of
+// pgSchemaKey is the second half of petstore's advisory lock keys: the OID of
 // the schema the tables are in.
-const schemaKey = "coalesce(to_regnamespace(current_schema())::oid::int4, 0)"
+const pgSchemaKey = "coalesce(to_regnamespace(current_schema())::oid::int4, 0)"
 
 // commitBatch is the group commit's commit on PostgreSQL: BEGIN and the
 // lock, then every write in one round trip, then COMMIT; each write is
@@ -140,7 +140,7 @@ func (s *pgStore) sendBatch(b *pgBatch, deadline time.Time) error {
 	// preparing an INSERT takes the table's ROW EXCLUSIVE lock, which must
 	// not come first with a lock that conflicts with it (a table lock once
 	// did: two instances deadlocked).
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; " + lockCatalog})
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; " + pgLockCatalog})
 	if err != nil {
 		return describePostgres(err)
 	}
@@ -161,27 +161,27 @@ func (s *pgStore) sendBatch(b *pgBatch, deadline time.Time) error {
 }
 
 // The creates' statements, without an Idempotency-Key and with one
-// (keyedForm). Each INSERT returns no row rather than fail on a constraint:
+// (pgKeyedForm). Each INSERT returns no row rather than fail on a constraint:
 // PostgreSQL would abort the batch's whole transaction. A category's
 // statement also reads the name that the one sent collides with: the
 // statement's snapshot holds every row that can (the batches of all
-// instances take turns under lockCatalog, and an earlier statement of
+// instances take turns under pgLockCatalog, and an earlier statement of
 // this batch is seen too), but not the row this statement inserts.
 var (
-	pgInsertCategory, pgInsertCategoryKeyed = keyedForm(`INSERT INTO categories (name, fold, name_cmp, description)
+	pgInsertCategory, pgInsertCategoryKeyed = pgKeyedForm(`INSERT INTO categories (name, fold, name_cmp, description)
 		SELECT $1::text, $2::text, $3::text, $4::text
 		WHERE NOT EXISTS (SELECT 1 FROM categories WHERE name_cmp IS NULL AND id > $5::bigint)%s
 		ON CONFLICT DO NOTHING RETURNING id`, 5,
 		`CASE WHEN NOT EXISTS (SELECT 1 FROM made) THEN (SELECT name FROM categories WHERE fold = $2 OR name_cmp = $3 ORDER BY id LIMIT 1) END`)
-	pgInsertPet, pgInsertPetKeyed = keyedForm(`INSERT INTO pets (name, category_id, status)
+	pgInsertPet, pgInsertPetKeyed = pgKeyedForm(`INSERT INTO pets (name, category_id, status)
 		SELECT $1::text, $2::bigint, $3::text WHERE EXISTS (SELECT 1 FROM categories WHERE id = $2)%s RETURNING id`, 3, "")
-	pgInsertOrder, pgInsertOrderKeyed = keyedForm(`INSERT INTO orders (pet_id, quantity, status, created_at)
+	pgInsertOrder, pgInsertOrderKeyed = pgKeyedForm(`INSERT INTO orders (pet_id, quantity, status, created_at)
 		SELECT $1::bigint, $2::integer, $3::text, $4::timestamptz WHERE EXISTS (SELECT 1 FROM pets WHERE id = $1)%s RETURNING id`, 4, "")
 )
 
 // CreateCategory inserts c unless its name is taken under fold or under
 // its comparison key (compareName), or a category without a key was stored
-// after this instance last filled them (nameFill): then it fills them and
+// after this instance last filled them (pgNameFill): then it fills them and
 // tries again.
 func (s *pgStore) CreateCategory(ctx context.Context, c Category, fold string, idem *idemWrite[Category]) (Category, error) {
 	cmp := compareName(c.Name)
@@ -191,13 +191,13 @@ func (s *pgStore) CreateCategory(ctx context.Context, c Category, fold string, i
 			pgCreate(b, idem, errConflict, &c.ID, func() Category { return c }, pgInsertCategory, pgInsertCategoryKeyed, c.Name, fold, cmp, c.Description, filled)
 			return nil
 		})
-		if errors.Is(err, errNamesUnfilled) && try < 3 {
+		if errors.Is(err, errPgNamesUnfilled) && try < 3 {
 			if err := s.fillNameCmp(ctx); err != nil {
 				return Category{}, err
 			}
 			continue
 		}
-		if errors.Is(err, errNamesUnfilled) { // older instances writing faster than this one fills
+		if errors.Is(err, errPgNamesUnfilled) { // older instances writing faster than this one fills
 			err = fmt.Errorf("%w: %w", errUnavailable, err)
 		}
 		if err != nil {
@@ -208,10 +208,10 @@ func (s *pgStore) CreateCategory(ctx context.Context, c Category, fold string, i
 }
 
 // CategoriesGen is the highest id of a visible category, which names the
-// set of them by the Store's rules (store.go). Asking the database every time is what lets
+// set of them by catalogStore's rules (store.go). Asking the database every time is what lets
 // every instance serve a cached list that is never missing a category that
 // another one has acknowledged; the requests that ask at once share one
-// query (sharedRead).
+// query (pgSharedRead).
 func (s *pgStore) CategoriesGen(ctx context.Context) (uint64, error) {
 	ctx, cancel := s.op(ctx) // the wait for a round in flight counts too
 	defer cancel()
@@ -230,20 +230,20 @@ func (s *pgStore) CategoriesGen(ctx context.Context) (uint64, error) {
 	return gen, nil
 }
 
-// sharedRead lets the callers that want a fresh value at once share one
+// pgSharedRead lets the callers that want a fresh value at once share one
 // read of it, as the group commit lets writes share a commit. A caller
 // never gets a value read before it called: it joins the read that starts
 // next, which starts when the one in flight ends. Under load, one query
 // answers all the GETs that arrived while the previous one ran, instead of
 // one query each.
-type sharedRead struct {
+type pgSharedRead struct {
 	mu      sync.Mutex
 	running bool
-	next    *readRound // the round the callers arriving now wait for
+	next    *pgReadRound // the round the callers arriving now wait for
 }
 
-// readRound is one read and the callers waiting for it.
-type readRound struct {
+// pgReadRound is one read and the callers waiting for it.
+type pgReadRound struct {
 	done    chan struct{}
 	v       uint64
 	err     error
@@ -251,11 +251,11 @@ type readRound struct {
 }
 
 // read returns a value that query read after read was called.
-func (sr *sharedRead) read(ctx context.Context, query func() (uint64, error)) (uint64, error) {
+func (sr *pgSharedRead) read(ctx context.Context, query func() (uint64, error)) (uint64, error) {
 	sr.mu.Lock()
 	r := sr.next
 	if r == nil {
-		r = &readRound{done: make(chan struct{})}
+		r = &pgReadRound{done: make(chan struct{})}
 		sr.next = r
 	}
 	r.waiters++
@@ -277,7 +277,7 @@ func (sr *sharedRead) read(ctx context.Context, query func() (uint64, error)) (u
 
 // run reads for round r, then starts the round that gathered meanwhile,
 // if any, in a goroutine of its own: r's caller need not wait for it.
-func (sr *sharedRead) run(r *readRound, query func() (uint64, error)) {
+func (sr *pgSharedRead) run(r *pgReadRound, query func() (uint64, error)) {
 	r.v, r.err = query()
 	close(r.done)
 	sr.mu.Lock()

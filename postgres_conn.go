@@ -45,13 +45,13 @@ var pgKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Inter
 // and pgTCPUserTimeout; a Unix socket as it is. The connect timeout is
 // the driver's (ConnectTimeout, per host).
 func pgDial() pgconn.DialFunc {
-	d := &net.Dialer{KeepAliveConfig: pgKeepAlive, Control: setTCPUserTimeout}
+	d := &net.Dialer{KeepAliveConfig: pgKeepAlive, Control: pgSetTCPUserTimeout}
 	return d.DialContext
 }
 
-// setTCPUserTimeout is a net.Dialer's Control that sets TCP_USER_TIMEOUT
+// pgSetTCPUserTimeout is a net.Dialer's Control that sets TCP_USER_TIMEOUT
 // on a TCP socket.
-func setTCPUserTimeout(network, _ string, c syscall.RawConn) error {
+func pgSetTCPUserTimeout(network, _ string, c syscall.RawConn) error {
 	if !strings.HasPrefix(network, "tcp") {
 		return nil
 	}

@@ -698,7 +698,7 @@ func foDurability(t *testing.T, name string, ts *testServer, want, metric, warn 
 }
 
 // foCommitCut is a TCP proxy to a primary that, once armed, cuts the next
-// transaction of creates (one that takes lockCatalog) at its COMMIT:
+// transaction of creates (one that takes pgLockCatalog) at its COMMIT:
 // holding the server's answers from then on (the commit happens, its
 // answer is lost), or holding the COMMIT itself (it never happens).
 type foCommitCut struct {
@@ -770,11 +770,11 @@ func (p *foCommitCut) forward(c net.Conn) {
 	}()
 	go func() { // the client's messages
 		buf := make([]byte, 32<<10)
-		creating := false // a transaction of creates (lockCatalog) is open
+		creating := false // a transaction of creates (pgLockCatalog) is open
 		for {
 			n, err := c.Read(buf)
 			if n > 0 {
-				creating = creating || bytes.Contains(buf[:n], []byte(lockCatalog))
+				creating = creating || bytes.Contains(buf[:n], []byte(pgLockCatalog))
 				mode := p.mode.Load()
 				// pgx's COMMIT: a simple Query message.
 				if creating && mode != foForward && bytes.Contains(buf[:n], []byte("Q\x00\x00\x00\x0bcommit\x00")) && p.mode.CompareAndSwap(mode, foForward) {

@@ -73,7 +73,7 @@ func pgCreate[Row any](b *pgBatch, w *idemWrite[Row], noRow error, id *int64, ro
 			return nil
 		}
 		if made == nil {
-			b.errs[i] = refusedBy(noRow, holder)
+			b.errs[i] = pgRefusedBy(noRow, holder)
 		} else {
 			*id = *made
 		}
@@ -134,19 +134,19 @@ func (s *pgStore) PurgeIdempotency(ctx context.Context, before, now time.Time, l
 	return int(tag.RowsAffected()), nil
 }
 
-// keyedForm returns a create's statement (see pgKeyedCreate) without an
+// pgKeyedForm returns a create's statement (see pgKeyedCreate) without an
 // Idempotency-Key and with one. Both end with holder, an expression of the
 // name that holds the one sent, which may read the CTE "made" to look only
 // when the INSERT made no row ("": none).
-func keyedForm(insert string, n int, holder string) (unkeyed, keyed string) {
+func pgKeyedForm(insert string, n int, holder string) (unkeyed, keyed string) {
 	if holder == "" {
 		holder = "NULL::text"
 	}
 	return `WITH made AS (` + fmt.Sprintf(insert, "") + `) SELECT (SELECT id FROM made), ` + holder, pgKeyedCreate(insert, n, holder)
 }
 
-// errReadOnlyServer: a lock connection's server is read-only.
-var errReadOnlyServer = fmt.Errorf("%w: the server is read-only", errDBAway)
+// errPgReadOnlyServer: a lock connection's server is read-only.
+var errPgReadOnlyServer = fmt.Errorf("%w: the server is read-only", errDBAway)
 
 // pgIdemLockConns is how many connections an instance keeps for its
 // Idempotency-Key locks; a key's hash picks one. One would be a queue that
@@ -271,7 +271,7 @@ func (l *pgIdemLocks) begin(ctx context.Context, r idemRequest) (*idemAnswer, er
 			return err
 		}
 		if readOnly {
-			return errReadOnlyServer
+			return errPgReadOnlyServer
 		}
 		return nil
 	})
@@ -341,7 +341,7 @@ func (l *pgIdemLocks) end(ctx context.Context, r idemRequest) error {
 // returns that connection's gen. A connection that fails is closed; when
 // it was an old one that broke (while idle, or its session was ended: a
 // FATAL error), or whose server turned read-only (pgKeepsConn,
-// errReadOnlyServer: after a failover), fn runs once more on a new one,
+// errPgReadOnlyServer: after a failover), fn runs once more on a new one,
 // which is dialled to the read-write host.
 func (l *pgIdemLocks) use(ctx context.Context, i int, fn func(context.Context, *pgx.Conn) error) (uint64, error) {
 	c := &l.conns[i]
@@ -355,7 +355,7 @@ func (l *pgIdemLocks) use(ctx context.Context, i int, fn func(context.Context, *
 	// does: a statement broken off would end the session (pgx closes a
 	// connection whose context ends mid-statement), and with it the locks
 	// of every other request on this connection.
-	ctx, cancel := detached(ctx)
+	ctx, cancel := pgDetached(ctx)
 	defer cancel()
 	if c.reset.Swap(false) {
 		c.close()
@@ -390,8 +390,8 @@ func (l *pgIdemLocks) use(ctx context.Context, i int, fn func(context.Context, *
 	}
 }
 
-// detached is ctx without its cancellation but with its deadline.
-func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+// pgDetached is ctx without its cancellation but with its deadline.
+func pgDetached(ctx context.Context) (context.Context, context.CancelFunc) {
 	if d, ok := ctx.Deadline(); ok {
 		return context.WithDeadline(context.WithoutCancel(ctx), d)
 	}

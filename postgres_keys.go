@@ -43,11 +43,11 @@ func pgScanKey(row pgx.CollectableRow) (apiKey, error) {
 	return k, nil
 }
 
-// lockKeys is the advisory lock of the changes to api_keys (see
-// lockCatalog for why advisory).
-const lockKeys = "SELECT pg_advisory_xact_lock(1801812339, " + schemaKey + ")"
+// pgLockKeys is the advisory lock of the changes to api_keys (see
+// pgLockCatalog for why advisory).
+const pgLockKeys = "SELECT pg_advisory_xact_lock(1801812339, " + pgSchemaKey + ")"
 
-// keyWrite runs fn in a transaction that holds lockKeys, taken before the
+// keyWrite runs fn in a transaction that holds pgLockKeys, taken before the
 // change's seq is drawn (nextSeq) and held until its commit is visible:
 // changes become visible in seq order, so a keyring that polls for seq
 // above the last it saw never misses one, however the instances' writes
@@ -55,7 +55,7 @@ const lockKeys = "SELECT pg_advisory_xact_lock(1801812339, " + schemaKey + ")"
 func (s *pgStore) keyWrite(ctx context.Context, what string, fn func(tx pgx.Tx) error) error {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{BeginQuery: "BEGIN; " + lockKeys}, fn)
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{BeginQuery: "BEGIN; " + pgLockKeys}, fn)
 	if err != nil && !errors.Is(err, errNotFound) {
 		return fmt.Errorf("%s: %w", what, describePostgres(err))
 	}

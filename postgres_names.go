@@ -14,19 +14,19 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// errNamesUnfilled refuses a create, for now, because a category without
+// errPgNamesUnfilled refuses a create, for now, because a category without
 // a comparison key may hold its name: one that an instance of schema 7 or
 // 8 stored during a rolling upgrade, after this instance last filled keys.
-var errNamesUnfilled = errors.New("categories without a comparison key were stored meanwhile")
+var errPgNamesUnfilled = errors.New("categories without a comparison key were stored meanwhile")
 
-// nameFill is what an instance knows of the categories' comparison keys:
+// pgNameFill is what an instance knows of the categories' comparison keys:
 // every category with an id up to filled either has its key in name_cmp
 // or is a lookalike whose key an earlier category holds. So a name whose
 // key no row holds in name_cmp is free, unless a category above filled
 // has no key: a create's statement checks that under the catalog's lock,
-// and is refused with errNamesUnfilled if so (categories become visible in
+// and is refused with errPgNamesUnfilled if so (categories become visible in
 // id order, so none can appear below filled later).
-type nameFill struct {
+type pgNameFill struct {
 	mu     sync.Mutex // one fill at a time in this instance
 	filled atomic.Int64
 }
@@ -59,7 +59,7 @@ func (s *pgStore) fillNameCmp(ctx context.Context) error {
 func (s *pgStore) fillNameChunk(ctx context.Context, after int64) (done bool, last int64, err error) {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; " + lockCatalog})
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; " + pgLockCatalog})
 	if err != nil {
 		return false, after, err
 	}

@@ -61,10 +61,10 @@ func (s *pgStore) watchReplication() {
 	}
 }
 
-// warnReplication warns, at start, when the URL lists several hosts (a
+// pgWarnReplication warns, at start, when the URL lists several hosts (a
 // failover is expected) but an acknowledged write may be on the primary
 // alone, or when the role may not tell.
-func warnReplication(log *slog.Logger, r replication) {
+func pgWarnReplication(log *slog.Logger, r replication) {
 	switch {
 	case !r.Shown || r.Hosts < 2 || r.safe():
 	case r.SyncStandbys < 0:

@@ -51,7 +51,7 @@ func pgURLReadsAlike(db string) bool {
 	if i := strings.IndexAny(p, "@/"); i >= 0 && p[i] == '@' {
 		drvUser, p = p[:i+1], p[i+1:]
 	}
-	drvHosts, p := libpqHostList(p)
+	drvHosts, p := pgLibpqHostList(p)
 	if goUser != drvUser || goHosts != drvHosts {
 		return false
 	}
@@ -59,9 +59,9 @@ func pgURLReadsAlike(db string) bool {
 	return !strings.ContainsAny(path, "@ ")
 }
 
-// libpqHostList splits p, a URL after its user information, into its
+// pgLibpqHostList splits p, a URL after its user information, into its
 // comma-separated host[:port] list and the rest, as libpq does.
-func libpqHostList(p string) (hosts, rest string) {
+func pgLibpqHostList(p string) (hosts, rest string) {
 	i := 0
 	for {
 		if i < len(p) && p[i] == '[' {

@@ -280,7 +280,7 @@ func driverHosts(cfg *pgconn.Config) []string {
 
 // TestPostgresConnectErrorOnce: a database that refuses the connection is
 // named in one line that gives each of the driver's reasons once (it tries
-// each address with TLS and without, and used to print both), with the
+// each address with TLS and without, and would print both), with the
 // password masked. No server needed: nothing listens on ports 1 and 2.
 func TestPostgresConnectErrorOnce(t *testing.T) {
 	const secret = "Zq9xKw7"
@@ -333,8 +333,8 @@ func TestEachOnce(t *testing.T) {
 		{fmt.Errorf("%w (again)", errors.Join(a, a)), "a: refused\na: refused (again)"},
 	}
 	for _, tt := range tests {
-		if got := eachOnce(tt.err); got != tt.want {
-			t.Errorf("eachOnce(%q) = %q, want %q", tt.err, got, tt.want)
+		if got := pgEachOnce(tt.err); got != tt.want {
+			t.Errorf("pgEachOnce(%q) = %q, want %q", tt.err, got, tt.want)
 		}
 	}
 }

@@ -20,7 +20,7 @@ type route struct {
 // operation of the OpenAPI document, and the other way round. requireKey
 // marks the routes that need a key, requireWrite those that need a key
 // that may write.
-func apiRoutes(store Store, idem *idempotency, cfg serveConfig) []route {
+func apiRoutes(store catalogStore, idem *idempotency, cfg serveConfig) []route {
 	return []route{
 		{"GET /v1/categories", requireKey(handleCategoryList(store, cfg.publicURL, cfg.busyTimeout))},
 		{"POST /v1/categories", requireWrite(handleCategoryCreate(store, idem))},
@@ -36,7 +36,7 @@ func apiRoutes(store Store, idem *idempotency, cfg serveConfig) []route {
 
 // newServer returns the whole API: the routes behind the middleware.
 // certs is nil without HTTPS.
-func newServer(logger *slog.Logger, reqLog *requestLog, store Store, ready *readiness, idem *idempotency, keys *keyring, lim rateLimiter, m *serverMetrics, cfg serveConfig, certs certSource) http.Handler {
+func newServer(logger *slog.Logger, reqLog *requestLog, store catalogStore, ready *readiness, idem *idempotency, keys *keyring, lim rateLimiter, m *serverMetrics, cfg serveConfig, certs certSource) http.Handler {
 	api := apiRoutes(store, idem, cfg)
 	routes := append(api,
 		route{"GET /healthz", handleHealth(cfg.env)},

@@ -12,7 +12,7 @@ import (
 // change and then read: the value read must include their own change, so
 // no caller may be answered by a read that started before it called.
 func TestSharedReadNeverAnswersWithAnOlderRead(t *testing.T) {
-	var sr sharedRead
+	var sr pgSharedRead
 	var committed atomic.Uint64
 	var queries atomic.Int64
 	query := func() (uint64, error) {
@@ -42,7 +42,7 @@ func TestSharedReadNeverAnswersWithAnOlderRead(t *testing.T) {
 // TestSharedReadShares holds one read in flight while ten callers arrive:
 // they share the next read, so eleven callers cost two queries.
 func TestSharedReadShares(t *testing.T) {
-	var sr sharedRead
+	var sr pgSharedRead
 	release := make(chan struct{})
 	var queries atomic.Int64
 	query := func() (uint64, error) {
@@ -87,7 +87,7 @@ func TestSharedReadShares(t *testing.T) {
 // TestSharedReadWaitEndsWithContext: a caller whose context ends stops
 // waiting for a read that does not end.
 func TestSharedReadWaitEndsWithContext(t *testing.T) {
-	var sr sharedRead
+	var sr pgSharedRead
 	release := make(chan struct{})
 	defer close(release)
 	go sr.read(context.Background(), func() (uint64, error) { <-release; return 1, nil })

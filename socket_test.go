@@ -402,7 +402,7 @@ func TestActivatedServeWaitsForTheLock(t *testing.T) {
 	hold := func(t *testing.T) (string, func()) {
 		db := filepath.Join(t.TempDir(), "petstore.db")
 		createKey(t, db, "--plan", "free")
-		release, err := lockServing(t.Context(), db, 0)
+		release, err := sqliteLockServing(t.Context(), db, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

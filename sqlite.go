@@ -67,12 +67,12 @@ func sqliteDSN(path string, readOnly bool, busy time.Duration) string {
 	return path + q
 }
 
-// checkDatabaseFile fails with a clear message when path cannot hold the
+// sqliteCheckDatabaseFile fails with a clear message when path cannot hold the
 // database: a missing directory, a file that is not SQLite (never
 // overwritten), or a file or directory this process may not write. When
 // create is set, a missing file is created with mode 0600. The command
 // line has refused the paths SQLite would read otherwise (checkDBPath).
-func checkDatabaseFile(path string, create bool) error {
+func sqliteCheckDatabaseFile(path string, create bool) error {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		if !create {
@@ -80,15 +80,15 @@ func checkDatabaseFile(path string, create bool) error {
 		}
 		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 		if errors.Is(err, fs.ErrExist) {
-			return checkDatabaseFile(path, false) // another process created it just now
+			return sqliteCheckDatabaseFile(path, false) // another process created it just now
 		}
 		if err != nil {
-			return fmt.Errorf("cannot create database %s: %w", path, unwrapPathError(err))
+			return fmt.Errorf("cannot create database %s: %w", path, sqliteUnwrapPathError(err))
 		}
 		return f.Close()
 	}
 	if err != nil {
-		return fmt.Errorf("cannot open database %s for writing: %w", path, unwrapPathError(err))
+		return fmt.Errorf("cannot open database %s for writing: %w", path, sqliteUnwrapPathError(err))
 	}
 	defer f.Close()
 	if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
@@ -100,7 +100,7 @@ func checkDatabaseFile(path string, create bool) error {
 	case n == 0 && (err == io.EOF):
 		return nil // an empty file is an empty database to SQLite
 	case err != nil && !errors.Is(err, io.ErrUnexpectedEOF):
-		return fmt.Errorf("cannot read database %s: %w", path, unwrapPathError(err))
+		return fmt.Errorf("cannot read database %s: %w", path, sqliteUnwrapPathError(err))
 	case string(head[:n]) != sqliteHeader:
 		return fmt.Errorf("%s is not a SQLite database; refusing to touch it", path)
 	}
@@ -112,7 +112,7 @@ func checkDatabaseFile(path string, create bool) error {
 	return nil
 }
 
-func unwrapPathError(err error) error {
+func sqliteUnwrapPathError(err error) error {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
 		return pe.Err
@@ -120,29 +120,29 @@ func unwrapPathError(err error) error {
 	return err
 }
 
-// writerCache caps the writer connection's page cache at 512 KiB instead of
+// sqliteWriterCache caps the writer connection's page cache at 512 KiB instead of
 // SQLite's default 2,000 KiB (the readers keep theirs). The writer mostly
 // appends: a batch of creates touches the right edge of each table and the
 // pages of its indexes where the new names fall, a few dozen pages, and a
-// page it no longer holds is a pread from the kernel's cache. Under the
-// harness's POSTs the default was 3 MiB of the server's peak RSS, for no
-// creates a second (BENCHMARKS.md, issue 19).
-const writerCache = "&_pragma=cache_size(-512)"
+// page it no longer holds is a pread from the kernel's cache. The cap
+// lowers the server's peak RSS and costs no creates a second
+// (BENCHMARKS.md has the figures).
+const sqliteWriterCache = "&_pragma=cache_size(-512)"
 
 // openSQLite opens the database at path. With migrateUp it creates a missing
 // file and applies pending migrations, refusing a database whose schema is
 // newer than this binary knows; without, the file must exist and its schema
 // is taken as it is.
 func openSQLite(ctx context.Context, path string, migrateUp bool, now func() time.Time, busy time.Duration) (*sqliteStore, error) {
-	if err := checkDatabaseFile(path, migrateUp); err != nil {
+	if err := sqliteCheckDatabaseFile(path, migrateUp); err != nil {
 		return nil, err
 	}
 	if migrateUp {
-		if err := migrateDatabase(path, busy); err != nil {
+		if err := sqliteMigrateDatabase(path, busy); err != nil {
 			return nil, err
 		}
 	}
-	w, err := sql.Open("sqlite", sqliteDSN(path, false, busy)+writerCache)
+	w, err := sql.Open("sqlite", sqliteDSN(path, false, busy)+sqliteWriterCache)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
@@ -167,7 +167,7 @@ func openSQLite(ctx context.Context, path string, migrateUp bool, now func() tim
 	r.SetMaxOpenConns(4)
 	r.SetMaxIdleConns(4)
 	r.SetConnMaxIdleTime(0)
-	s := &sqliteStore{path: path, w: w, r: r, now: now, group: newGroupCommitter(commitSQLite(w))}
+	s := &sqliteStore{path: path, w: w, r: r, now: now, group: newGroupCommitter(sqliteCommit(w))}
 	for _, p := range []struct {
 		stmt **sql.Stmt
 		sql  string
@@ -246,8 +246,8 @@ func sqliteDescribe(err error) error {
 	return err
 }
 
-// isUniqueViolation reports whether err is a UNIQUE constraint failure.
-func isUniqueViolation(err error) bool {
+// sqliteIsUniqueViolation reports whether err is a UNIQUE constraint failure.
+func sqliteIsUniqueViolation(err error) bool {
 	var se *sqlite.Error
 	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE
 }
@@ -258,8 +258,8 @@ func isSQLiteError(err error) bool {
 	return errors.As(err, &se)
 }
 
-// isForeignKeyViolation reports whether err is a FOREIGN KEY constraint failure.
-func isForeignKeyViolation(err error) bool {
+// sqliteIsForeignKeyViolation reports whether err is a FOREIGN KEY constraint failure.
+func sqliteIsForeignKeyViolation(err error) bool {
 	var se *sqlite.Error
 	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
 }
@@ -269,8 +269,8 @@ func isForeignKeyViolation(err error) bool {
 // id to start after and the number of rows, and idOf gives a row's id. Each
 // chunk is read whole and its connection given back to the read pool before
 // fn sees any of it, so that a slow client, to whom fn writes, holds none of
-// the pool's four connections (four such clients used to stall every read,
-// /readyz included, for up to the write timeout).
+// the pool's four connections (four such clients would otherwise stall
+// every read, /readyz included, for up to the write timeout).
 func sqliteEachChunk[T any](ctx context.Context, db *sql.DB, what string, scan func(*sql.Rows) (T, error), idOf func(T) int64, fn func(T) error, query string, args ...any) error {
 	chunk := make([]T, 0, listChunk)
 	return inChunks(func(after int64) ([]T, error) {

@@ -41,7 +41,7 @@ func (s *sqliteStore) ACMEDelete(ctx context.Context, dir, key string) error {
 }
 
 // ACMELock has nothing to take: one serve at a time holds a SQLite file
-// (holdDatabase), so no other instance can ask the CA meanwhile.
+// (sqliteHoldDatabase), so no other instance can ask the CA meanwhile.
 func (s *sqliteStore) ACMELock(context.Context) (func(), error) {
 	return func() {}, nil
 }

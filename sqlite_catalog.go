@@ -32,7 +32,7 @@ func (s *sqliteStore) CreateCategory(ctx context.Context, c Category, fold strin
 		return sqliteCreate(s, tx, idem, "categories", &c.ID, func() error {
 			return sqliteInsertID(tx, s.insertCategory, &c.ID, c.Name, fold, cmp, c.Description)
 		}, func() Category { return c }, func(err error) error {
-			if isUniqueViolation(err) {
+			if sqliteIsUniqueViolation(err) {
 				// The same transaction sees the row that holds the name,
 				// even one made earlier in this batch.
 				var name string
@@ -161,7 +161,7 @@ func (s *sqliteStore) CreatePet(ctx context.Context, p Pet, idem *idemWrite[Pet]
 	err := s.group.write(ctx, func(tx *sqliteBatchTx) error {
 		return sqliteCreate(s, tx, idem, "pets", &p.ID, func() error {
 			return sqliteInsertID(tx, s.insertPet, &p.ID, p.Name, p.CategoryID, p.Status)
-		}, func() Pet { return p }, noReference)
+		}, func() Pet { return p }, sqliteNoReference)
 	})
 	if err != nil {
 		return Pet{}, wrapCreate("insert pet", err, sqliteDescribe)
@@ -169,9 +169,9 @@ func (s *sqliteStore) CreatePet(ctx context.Context, p Pet, idem *idemWrite[Pet]
 	return p, nil
 }
 
-// noReference is the refusal of a create whose row refers to nothing.
-func noReference(err error) error {
-	if isForeignKeyViolation(err) {
+// sqliteNoReference is the refusal of a create whose row refers to nothing.
+func sqliteNoReference(err error) error {
+	if sqliteIsForeignKeyViolation(err) {
 		return errNoReference
 	}
 	return nil
@@ -206,7 +206,7 @@ func (s *sqliteStore) CreateOrder(ctx context.Context, o Order, idem *idemWrite[
 	err := s.group.write(ctx, func(tx *sqliteBatchTx) error {
 		return sqliteCreate(s, tx, idem, "orders", &o.ID, func() error {
 			return sqliteInsertID(tx, s.insertOrder, &o.ID, o.PetID, o.Quantity, o.Status, o.CreatedAt)
-		}, func() Order { return o }, noReference)
+		}, func() Order { return o }, sqliteNoReference)
 	})
 	if err != nil {
 		return Order{}, wrapCreate("insert order", err, sqliteDescribe)
@@ -243,7 +243,7 @@ func (s *sqliteStore) EachOrder(ctx context.Context, fn func(Order) error) error
 	}, func(o Order) int64 { return o.ID }, fn, "SELECT id, pet_id, quantity, status, created_at FROM orders WHERE id > ? ORDER BY id LIMIT ?")
 }
 
-// statementOnly reports whether a write's error undid that write's
+// sqliteStatementOnly reports whether a write's error undid that write's
 // statement alone and left the batch's transaction as it was: only a
 // constraint violation is known to, SQLite's ABORT undoing the statement.
 // Other errors may have rolled the whole transaction back (SQLite does so
@@ -252,7 +252,7 @@ func (s *sqliteStore) EachOrder(ctx context.Context, fn func(Order) error) error
 // and commit one by one outside it while all of them are answered with the
 // commit's error. So any other error fails the batch, none of it answered
 // yet, and its clients may retry.
-func statementOnly(err error) bool {
+func sqliteStatementOnly(err error) bool {
 	var se *sqlite.Error
 	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_CONSTRAINT
 }
@@ -276,12 +276,12 @@ func (tx *sqliteBatchTx) stmt(s *sql.Stmt) *sql.Stmt {
 	return ts
 }
 
-// commitSQLite returns the group commit's commit on SQLite's writer
+// sqliteCommit returns the group commit's commit on SQLite's writer
 // connection. SQLite undoes a statement that fails on a constraint (a
 // unique or foreign key violation) alone, leaving the transaction open: a
 // write that fails so, or with a refusal (isRefusal) once it has undone
 // what it did (sqliteCreate), fails alone and the others commit.
-func commitSQLite(db *sql.DB) func(batch []*writeJob[*sqliteBatchTx]) {
+func sqliteCommit(db *sql.DB) func(batch []*writeJob[*sqliteBatchTx]) {
 	return func(batch []*writeJob[*sqliteBatchTx]) {
 		results := make([]error, len(batch))
 		err := func() error {
@@ -298,7 +298,7 @@ func commitSQLite(db *sql.DB) func(batch []*writeJob[*sqliteBatchTx]) {
 				}
 				if err := j.run(tx); err != nil {
 					results[i] = err
-					if !statementOnly(err) && !isRefusal(err) {
+					if !sqliteStatementOnly(err) && !isRefusal(err) {
 						return sqliteDescribe(err) // the transaction itself may be gone
 					}
 				}
@@ -312,7 +312,7 @@ func commitSQLite(db *sql.DB) func(batch []*writeJob[*sqliteBatchTx]) {
 			// Not made, through no fault of this write: safe to retry. That
 			// holds for a refusal too: a 409 stored for a retry went with
 			// the transaction, and must not be answered.
-			if err != nil && (results[i] == nil || statementOnly(results[i]) || isRefusal(results[i])) {
+			if err != nil && (results[i] == nil || sqliteStatementOnly(results[i]) || isRefusal(results[i])) {
 				results[i] = fmt.Errorf("%w: the batch's transaction failed: %w", errUnavailable, err)
 			}
 			j.done <- results[i]

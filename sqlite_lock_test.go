@@ -119,7 +119,7 @@ func TestCopyAndTheServeLock(t *testing.T) {
 	out := writerFunc(func(p []byte) (int, error) {
 		if !tried {
 			tried = true
-			release, err := lockServing(context.Background(), target, 0)
+			release, err := sqliteLockServing(context.Background(), target, 0)
 			if err == nil {
 				release()
 			}
@@ -133,11 +133,11 @@ func TestCopyAndTheServeLock(t *testing.T) {
 	if err := run(ctx, []string{"copy", "--from", served, "--to", target}, envFrom(nil), out, &errOut); err != nil {
 		t.Fatalf("copy: %v %s", err, errOut.String())
 	}
-	var he *heldError
+	var he *sqliteHeldError
 	if !tried || !errors.As(during, &he) || he.pid != os.Getpid() {
 		t.Errorf("the target's lock while the copy ran: tried %v, %v; want it held by pid %s", tried, during, pid)
 	}
-	release, err := lockServing(context.Background(), target, 0)
+	release, err := sqliteLockServing(context.Background(), target, 0)
 	if err != nil {
 		t.Fatalf("the target's lock after the copy: %v", err)
 	}
@@ -148,7 +148,7 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
-// TestLockServingWaits: with a wait, lockServing takes the lock once its
+// TestLockServingWaits: with a wait, sqliteLockServing takes the lock once its
 // holder lets go within the wait, and returns the holder's pid when the
 // wait ends first; with none, it fails at once. Two names of one file
 // (a symbolic link) share one lock.
@@ -163,20 +163,20 @@ func TestLockServingWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	release, err := lockServing(ctx, db, 0)
+	release, err := sqliteLockServing(ctx, db, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var he *heldError
-	if _, err := lockServing(ctx, link, 0); !errors.As(err, &he) || he.pid != os.Getpid() || he.lock != db+".lock" {
+	var he *sqliteHeldError
+	if _, err := sqliteLockServing(ctx, link, 0); !errors.As(err, &he) || he.pid != os.Getpid() || he.lock != db+".lock" {
 		t.Errorf("through a symbolic link: %v, want held by pid %d at %s.lock", err, os.Getpid(), db)
 	}
 	start := time.Now()
-	if _, err := lockServing(ctx, db, 150*time.Millisecond); !errors.As(err, &he) || time.Since(start) < 150*time.Millisecond {
+	if _, err := sqliteLockServing(ctx, db, 150*time.Millisecond); !errors.As(err, &he) || time.Since(start) < 150*time.Millisecond {
 		t.Errorf("a wait of 150 ms: %v after %v, want held after the wait", err, time.Since(start))
 	}
 	time.AfterFunc(100*time.Millisecond, release)
-	again, err := lockServing(ctx, db, 10*time.Second)
+	again, err := sqliteLockServing(ctx, db, 10*time.Second)
 	if err != nil {
 		t.Fatalf("a wait for a holder that lets go: %v", err)
 	}
@@ -195,7 +195,7 @@ func TestLockFileOnReadOnlyDisk(t *testing.T) {
 	if out, err := exec.Command("mount", "-o", "remount,ro", dir).CombinedOutput(); err != nil {
 		t.Fatalf("remount ro: %v %s", err, out)
 	}
-	_, err := lockServing(context.Background(), db, 0)
+	_, err := sqliteLockServing(context.Background(), db, 0)
 	if err == nil || !strings.Contains(err.Error(), db+".lock") || !strings.Contains(err.Error(), "read-only file system") {
 		t.Errorf("lock on a read-only disk: %v", err)
 	}

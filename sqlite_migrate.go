@@ -16,11 +16,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// migrateDatabase applies the embedded migrations that the database lacks.
+// sqliteMigrateDatabase applies the embedded migrations that the database lacks.
 // It fails without changing anything when the database is dirty or ahead of
 // the migrations this binary embeds.
-func migrateDatabase(path string, busy time.Duration) error {
-	unlock, err := lockDirectory(filepath.Dir(path))
+func sqliteMigrateDatabase(path string, busy time.Duration) error {
+	unlock, err := sqliteLockDirectory(filepath.Dir(path))
 	if err != nil {
 		return err
 	}
@@ -45,17 +45,17 @@ func migrateDatabase(path string, busy time.Duration) error {
 	}, path, sqliteDescribe)
 }
 
-// lockDirectory holds an exclusive lock (flock) on dir until unlock is
+// sqliteLockDirectory holds an exclusive lock (flock) on dir until unlock is
 // called, waiting for it if another process holds it. golang-migrate's
 // SQLite driver locks within one process only: a server and a "keys"
 // command starting together on a new database both ran the first
 // migration, and the loser left the database marked dirty. The lock is on
 // the directory, not the database file: closing a second descriptor of that
 // file would drop SQLite's own (POSIX) locks on it.
-func lockDirectory(dir string) (unlock func(), err error) {
+func sqliteLockDirectory(dir string) (unlock func(), err error) {
 	d, err := os.Open(dir)
 	if err != nil {
-		return nil, fmt.Errorf("lock %s for migrating: %w", dir, unwrapPathError(err))
+		return nil, fmt.Errorf("lock %s for migrating: %w", dir, sqliteUnwrapPathError(err))
 	}
 	for {
 		err = unix.Flock(int(d.Fd()), unix.LOCK_EX)

@@ -1,6 +1,6 @@
 // store.go owns the store's interface: the operations that the handlers,
-// the keyring, the upkeep and the CLI use, the records they read and write,
-// and the errors they may get back. The interface knows nothing of HTTP or
+// the keyring, the upkeep and the CLI use, by role, and the errors they may
+// get back (the records they read and write are store_records.go's). The interface knows nothing of HTTP or
 // SQL; openStore and isDBError are where its implementations plug in:
 // SQLite (sqlite*.go), the default, and PostgreSQL (postgres*.go), for
 // several instances on one database.
@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"time"
 )
 
@@ -40,30 +39,44 @@ func isRefusal(err error) bool {
 	return errors.Is(err, errConflict) || errors.Is(err, errNoReference) || errors.Is(err, errIdemExists)
 }
 
-// Store is the database as the rest of petstore sees it. Errors that a
-// retry may cure (a lock, a full disk, I/O) wrap errUnavailable.
+// Store is the database as the rest of petstore sees it: the union of its
+// roles, each of which a caller that needs no more takes alone (a catalog
+// handler a catalogStore, the upkeep an upkeepStore). Errors that a retry
+// may cure (a lock, a full disk, I/O) wrap errUnavailable. Each store's
+// var _ Store line (sqlite.go, postgres.go) holds it to every role.
+type Store interface {
+	catalogStore
+	keyStore
+	idemStore
+	countStore
+	acmeStore
+	healthStore
+	adminStore
+}
+
+// catalogStore is the catalog: categories, pets and orders, which the
+// handlers create and list.
 //
-// Every implementation keeps two rules about the catalog (categories, pets
-// and orders), and the code that relies on them and on what follows from
-// them points here; an operation that would break them (a DELETE route)
-// must first rework each of those places:
+// Every implementation keeps two rules about the catalog, and the code that
+// relies on them and on what follows from them points here; an operation
+// that would break them (a DELETE route) must first rework each of those
+// places:
 //
 //   - Rows are never deleted or renamed. Once committed, a row keeps its id
 //     and what a reader sees of it for good: no operation deletes or
-//     changes one, and no migration may (migration 0007 dropped SQLite's
-//     AUTOINCREMENT on this rule; filling in a key no reader sees, as
-//     name_cmp, is no change).
+//     changes one, and no migration may (filling in a key no reader sees,
+//     as name_cmp, is no change); so SQLite's ids need no AUTOINCREMENT.
 //   - Ids ascend. A row never becomes visible with an id lower than a
 //     visible row's (SQLite has one writer; PostgreSQL's creates take
-//     turns under lockCatalog until they commit), and no id a reader has
+//     turns under pgLockCatalog until they commit), and no id a reader has
 //     seen is handed out again.
-//   - What follows: a list may assume that the rows up to the highest id it read are
-//     all there is up to that id, for good: rows read by ascending id in
-//     chunks, each on its own, add up to the list with every row once
+//   - What follows: a list may assume that the rows up to the highest id it
+//     read are all there is up to that id, for good: rows read by ascending
+//     id in chunks, each on its own, add up to the list with every row once
 //     (inChunks); a full page after an id never changes and the list only
 //     grows (the category list cache, categories.go); and the highest
 //     visible id names the whole set (PostgreSQL's CategoriesGen).
-type Store interface {
+type catalogStore interface {
 	// CreateCategory inserts c; fold is its name's uniqueness key, and the
 	// store adds compareName's (names.go). A name that folds or compares
 	// like an existing one is errConflict. Each create takes an
@@ -97,7 +110,11 @@ type Store interface {
 	// PetInventory returns how many pets have each status; a status that
 	// no pet has is absent.
 	PetInventory(ctx context.Context) (map[string]int64, error)
+}
 
+// keyStore is the API keys: the keyring reads them, the keys commands
+// change them.
+type keyStore interface {
 	// CreateKey stores a new key by its hash. rpm and rpd are stored only
 	// for enterprise keys; the others take theirs from the plan table.
 	CreateKey(ctx context.Context, spec keySpec) (apiKey, error)
@@ -120,7 +137,10 @@ type Store interface {
 	// it, and makes id expire at until (or at its own expiry, when that
 	// is sooner). An unknown id is errNotFound, a revoked one errRevoked.
 	RotateKey(ctx context.Context, id int64, hash [32]byte, until time.Time) (apiKey, error)
+}
 
+// idemStore is the answers kept for Idempotency-Keys (idempotency.go).
+type idemStore interface {
 	// BeginIdempotent is the start of a keyed create, on a store that
 	// several instances share: it returns the answer stored for r's key
 	// after r.Since, or nil when there is none, and then marks the key
@@ -140,14 +160,28 @@ type Store interface {
 	// before, oldest first, and returns how many it deleted; running marks
 	// that lapsed before now go too.
 	PurgeIdempotency(ctx context.Context, before, now time.Time, limit int) (int, error)
+}
 
+// countStore is the requests counted per key and day.
+type countStore interface {
 	// DayCounts returns the stored request counts of day (YYYY-MM-DD) by
 	// key id.
 	DayCounts(ctx context.Context, day string) (map[int64]int64, error)
 	// AddDayCounts adds each delta to its key's stored count of its day,
 	// all or none, and stamps the keys used with the minute of at.
 	AddDayCounts(ctx context.Context, deltas []dayDelta, used []int64, at time.Time) error
+}
 
+// upkeepStore is what the upkeep (limits_upkeep.go) writes: the day counts
+// and, as they come, the bans (keyStore's SetKeyBan).
+type upkeepStore interface {
+	countStore
+	SetKeyBan(ctx context.Context, id int64, until time.Time) error
+}
+
+// acmeStore is HTTPS from an ACME CA's cache and issuer lock
+// (acme_cache.go).
+type acmeStore interface {
 	// ACMEGet returns the blob that HTTPS from an ACME CA (acme_cache.go)
 	// stored under key for the CA whose directory URL is dir, or
 	// errNotFound.
@@ -162,24 +196,32 @@ type Store interface {
 	// lock that cannot be taken (the database is away) is an error at
 	// once. SQLite, which one process serves, has nothing to take.
 	ACMELock(ctx context.Context) (unlock func(), err error)
+}
 
-	// SchemaVersion returns the version of the database's schema.
-	SchemaVersion(ctx context.Context) (uint, error)
-	// DeploymentID returns the database's deployment id: random, made by
-	// a migration, the same for every instance on the database, and
-	// carried by petstore copy. The default --redis-prefix holds it.
-	DeploymentID(ctx context.Context) (string, error)
+// healthStore is what /readyz and the metrics read of the database.
+type healthStore interface {
 	// Ready reports whether the database answers a query.
 	Ready(ctx context.Context) error
-	// Checkpoint makes the database complete in itself, for a copy of it
-	// taken after the server stopped.
-	Checkpoint(ctx context.Context) error
 	// Stats returns counts of the store's work, for the metrics.
 	Stats() storeStats
 	// Replication returns what the database says of the copies of a
 	// committed write, as last read (PostgreSQL: at open and each minute);
 	// the zero value where there is nothing to say (SQLite).
 	Replication() replication
+}
+
+// adminStore is the database as a whole, as serve and the commands handle
+// it.
+type adminStore interface {
+	// SchemaVersion returns the version of the database's schema.
+	SchemaVersion(ctx context.Context) (uint, error)
+	// DeploymentID returns the database's deployment id: random, made by
+	// a migration, the same for every instance on the database, and
+	// carried by petstore copy. The default --redis-prefix holds it.
+	DeploymentID(ctx context.Context) (string, error)
+	// Checkpoint makes the database complete in itself, for a copy of it
+	// taken after the server stopped.
+	Checkpoint(ctx context.Context) error
 	Close() error
 }
 
@@ -257,7 +299,7 @@ const listChunk = 1000
 // inChunks calls fn with every row of a list, in ascending id order, that
 // read returns listChunk at a time: read returns the rows after an id, and
 // idOf gives a row's id. Each chunk is read whole before fn sees any of it.
-// By the Store's rules (above), the chunks, each read on its own, add up to
+// By catalogStore's rules (above), the chunks, each read on its own, add up to
 // the list with every row once, and perhaps rows created meanwhile at its
 // end.
 func inChunks[T any](read func(after int64) ([]T, error), idOf func(T) int64, fn func(T) error) error {
@@ -277,109 +319,6 @@ func inChunks[T any](read func(after int64) ([]T, error), idOf func(T) int64, fn
 		}
 		after = idOf(chunk[len(chunk)-1])
 	}
-}
-
-// Category is a row of the categories table.
-type Category struct {
-	ID          int64   `json:"id"`
-	Name        string  `json:"name"`
-	Description *string `json:"description,omitempty"`
-}
-
-// Pet is a row of the pets table.
-type Pet struct {
-	ID         int64  `json:"id"`
-	Name       string `json:"name"`
-	CategoryID int64  `json:"categoryId"`
-	Status     string `json:"status"`
-}
-
-// petFilter narrows a pet list; zero fields do not filter.
-type petFilter struct {
-	CategoryID int64
-	Status     string
-}
-
-// Order is a row of the orders table.
-type Order struct {
-	ID        int64  `json:"id"`
-	PetID     int64  `json:"petId"`
-	Quantity  int64  `json:"quantity"`
-	Status    string `json:"status"`
-	CreatedAt string `json:"createdAt"` // RFC 3339, UTC
-}
-
-// apiKey is a row of api_keys. RPM and RPD are as stored (0 but for
-// enterprise keys) until planLimits resolves them.
-type apiKey struct {
-	ID          int64
-	Hash        [32]byte
-	Name        string
-	Plan        string
-	RPM         int64
-	RPD         int64
-	Env         string
-	CreatedAt   time.Time
-	Revoked     bool
-	BannedUntil time.Time // zero when not banned
-	ExpiresAt   time.Time // zero: never; refused from then on
-	Scope       string    // "write", or "read": GET and HEAD only
-	Lineage     int64     // the id of the first key its rotations started from (its own, for that key)
-	Replaces    int64     // the key it was rotated from; 0: none
-	LastUsedAt  time.Time // the minute of its last request as last written; zero: never
-	seq         int64     // grows with every change: KeysSince's cursor
-
-	// used is set by the requests that carry the key and taken by the
-	// upkeep, which writes LastUsedAt with the day counts. The keyring
-	// hands it from a key's old record to its new one.
-	used *atomic.Bool
-}
-
-// Key scopes (DECISIONS.md section 11).
-const (
-	scopeWrite = "write"
-	scopeRead  = "read"
-)
-
-// keyScopes are the scopes a key may have.
-var keyScopes = []string{scopeRead, scopeWrite}
-
-// usableAt reports whether k, a key not revoked, is still valid at now.
-func (k *apiKey) usableAt(now time.Time) bool {
-	return k.ExpiresAt.IsZero() || now.Before(k.ExpiresAt)
-}
-
-// keySpec is a key to create: its hash and what keys create gives it.
-type keySpec struct {
-	Hash      [32]byte
-	Name      string
-	Plan      string
-	RPM, RPD  int64 // stored for enterprise only
-	Env       string
-	Scope     string    // "" is write
-	ExpiresAt time.Time // zero: never
-}
-
-// limits returns the stored rpm and rpd of spec: NULL but for enterprise.
-func (spec keySpec) limits() (rpm, rpd any) {
-	if spec.Plan == "enterprise" {
-		return spec.RPM, spec.RPD
-	}
-	return nil, nil
-}
-
-func (spec keySpec) scope() string {
-	if spec.Scope == "" {
-		return scopeWrite
-	}
-	return spec.Scope
-}
-
-// dayDelta is an increment of a key's count for a UTC day ("2006-01-02").
-type dayDelta struct {
-	KeyID int64
-	Day   string
-	N     int64
 }
 
 // nameTaken is errConflict naming the category that holds the name: the
@@ -406,46 +345,6 @@ func wrapCreate(what string, err error, describe func(error) error) error {
 		return err
 	}
 	return fmt.Errorf("%s: %w", what, describe(err))
-}
-
-// idemRequest is a request's Idempotency-Key as the store sees it.
-type idemRequest struct {
-	KeyID int64  // the API key it is scoped to
-	Key   string // the Idempotency-Key, unquoted
-	Owner int64  // a random token of this request: its running mark's
-	Now   time.Time
-	Since time.Time // answers stored at or before Since have expired
-}
-
-// idemAnswer is a stored answer and the fingerprint of its request.
-type idemAnswer struct {
-	Fingerprint [32]byte
-	Status      int
-	Body        []byte
-}
-
-// idemWrite is a create's Idempotency-Key: the store claims the key in the
-// create's transaction (a stored answer makes the create errIdemExists),
-// then asks answer what to store for the create's outcome (the row made,
-// or the create's refusal) and stores it, or drops the claim when keep is
-// false, before that transaction commits.
-type idemWrite[Row any] struct {
-	idemRequest
-	Fingerprint [32]byte
-	answer      func(Row, error) (status int, body []byte, keep bool)
-
-	Status int // the answer stored, set by settle: 0 when none
-	Body   []byte
-}
-
-// settle asks for the answer to the create's outcome and notes it if it is
-// to be kept.
-func (w *idemWrite[Row]) settle(row Row, err error) (status int, body []byte, keep bool) {
-	status, body, keep = w.answer(row, err)
-	if keep {
-		w.Status, w.Body = status, body
-	}
-	return status, body, keep
 }
 
 // isPostgresURL reports whether db names a PostgreSQL database rather than

@@ -41,7 +41,7 @@ func goTables() []struct {
 // that every CHECK that lists allowed values lists those of its Go table:
 // that the CHECK as the database shows it names the table's values, and
 // that an insert of each value is accepted and one of a value outside the
-// table refused; and that orders.quantity's allows 1 to maxOrderQuantity. Adding a plan to plans.go alone would otherwise build,
+// table refused; and that orders.quantity's allows 1 to maxOrderQuantity. Adding a plan to limits_plans.go alone would otherwise build,
 // pass the help texts, and fail "keys create" with a CHECK failure.
 func TestCheckConstraintsMatchTables(t *testing.T) {
 	t.Run("sqlite", func(t *testing.T) {

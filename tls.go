@@ -45,7 +45,7 @@ type certSource interface {
 
 // newCertSource returns the source that cfg names, or nil for plain HTTP.
 // A pair of files that does not load is an error (exit 1).
-func newCertSource(ctx context.Context, cfg serveConfig, store Store, logger *slog.Logger) (certSource, error) {
+func newCertSource(ctx context.Context, cfg serveConfig, store acmeStore, logger *slog.Logger) (certSource, error) {
 	switch {
 	case cfg.tlsCert != "":
 		return newFileCerts(cfg.tlsCert, cfg.tlsKey, logger)

@@ -1,4 +1,4 @@
-// upkeep.go owns the limiter's way to the database: day counts written
+// limits_upkeep.go owns the limiter's way to the database: day counts written
 // once a second (and, on a shared database, everyone's read back), bans as
 // they come (retried until written), and idle limiter state swept away.
 
@@ -17,7 +17,7 @@ const sweepEvery = 10
 // upkeep keeps a limiter's state in the store.
 type upkeep struct {
 	lim   rateLimiter
-	store Store
+	store upkeepStore
 	keys  *keyring // whose used keys get their last use written with the counts
 	bans  *banQueue
 	m     *serverMetrics

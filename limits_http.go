@@ -1,4 +1,4 @@
-// ratelimit.go owns rate limiting on the request path: the interface a
+// limits_http.go owns rate limiting on the request path: the interface a
 // limiter offers the middleware and the upkeep, limitRequests, the
 // rate-limit headers and 429s, and the client address that requests
 // without a key are counted by.

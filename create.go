@@ -1,4 +1,4 @@
-// handlers.go owns the one create path that every POST shares, with or
+// create.go owns the one create path that every POST shares, with or
 // without an Idempotency-Key: read the body, decode, validate, create, map
 // the store's refusal, answer 201. A key wraps its steps (idempotency.go's
 // idemCall): it may answer before them, stores the create's answer with
@@ -19,8 +19,8 @@ type creatable[Row any] interface {
 }
 
 // createFunc creates a row in store: a method expression such as
-// Store.CreatePet, so that the route table can be built without a store.
-type createFunc[Row any] func(Store, context.Context, Row, *idemWrite[Row]) (Row, error)
+// catalogStore.CreatePet, so that the route table can be built without a store.
+type createFunc[Row any] func(catalogStore, context.Context, Row, *idemWrite[Row]) (Row, error)
 
 // refuseFunc says what an error of a create means to the client for that
 // row (a name taken, a reference to nothing); when it returns nil, the
@@ -36,7 +36,7 @@ type refuseFunc[Row any] func(Row, error) *apiError
 // create's answer, a 201 or a 409 conflict, is stored in its transaction
 // and sent byte for byte as a replay will send it. Nothing is stored for a
 // request refused before it could write.
-func handleCreate[In creatable[Row], Row any](store Store, idem *idempotency, create createFunc[Row], refused refuseFunc[Row]) http.Handler {
+func handleCreate[In creatable[Row], Row any](store catalogStore, idem *idempotency, create createFunc[Row], refused refuseFunc[Row]) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, keyed, kerr := idempotencyKey(r.Header)
 		if kerr != nil {

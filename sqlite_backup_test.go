@@ -133,8 +133,8 @@ func TestBackupWithoutHardLinks(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "p.db")
 	createKey(t, db, "--plan", "pro")
 	dir := t.TempDir()
-	t.Cleanup(func() { linkFile = os.Link })
-	linkFile = func(old, new string) error { return &os.LinkError{Op: "link", Old: old, New: new, Err: syscall.EPERM} }
+	t.Cleanup(func() { sqliteLinkFile = os.Link })
+	sqliteLinkFile = func(old, new string) error { return &os.LinkError{Op: "link", Old: old, New: new, Err: syscall.EPERM} }
 
 	dest := filepath.Join(dir, "copy.db")
 	if _, errOut, err := runCLI(t, nil, "backup", "--db", db, dest); err != nil {
@@ -153,7 +153,7 @@ func TestBackupWithoutHardLinks(t *testing.T) {
 	}
 
 	other := filepath.Join(dir, "other.db")
-	linkFile = func(old, new string) error {
+	sqliteLinkFile = func(old, new string) error {
 		os.WriteFile(new, []byte("not a backup"), 0o600) // someone else's file, just in time
 		return &os.LinkError{Op: "link", Old: old, New: new, Err: syscall.EPERM}
 	}

@@ -1,4 +1,4 @@
-// plans.go owns the plan table: the limits each plan gives a key, and how
+// limits_plans.go owns the plan table: the limits each plan gives a key, and how
 // a stored key's limits are resolved from it.
 
 package main

@@ -280,8 +280,7 @@ func TestKeylessRequestsLimitedByAddress(t *testing.T) {
 	wantError(t, proxied.do(t, "GET", "/v1/categories", "", "", "X-Forwarded-For", "2001:db8::2"), 429, "rate_limited")
 }
 
-// TestTrustedProxies is the attack of issue 34 and its answer: a client
-// that reaches the server directly and sends a new X-Forwarded-For with
+// TestTrustedProxies: a client that reaches the server directly and sends a new X-Forwarded-For with
 // each request is still counted by its own address, and only a listed
 // proxy's header is believed (--trusted-proxies, DECISIONS.md section 17).
 // The test's clients dial from 127.0.0.1 (listed) and 127.0.0.2 (not).

@@ -1,4 +1,4 @@
-// backup.go owns "petstore backup": a consistent copy of the live SQLite
+// sqlite_backup.go owns "petstore backup": a consistent copy of the live SQLite
 // database, written beside its destination and put in place whole.
 
 package main
@@ -16,15 +16,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// backupDatabase writes a consistent copy of the database at path to dest,
+// sqliteBackup writes a consistent copy of the database at path to dest,
 // which must not exist yet, while a server may be using it. It reads the
 // source through a connection of its own that changes nothing: no journal
 // mode, no migration, no prepared statement, so a database of any schema
 // version (one not migrated yet, or left dirty) can be backed up as it is.
 // It writes a temporary file beside dest, syncs it and links it into place,
 // so dest is either absent or complete.
-func backupDatabase(ctx context.Context, path, dest string, busy time.Duration) error {
-	if err := checkDatabaseFile(path, false); err != nil {
+func sqliteBackup(ctx context.Context, path, dest string, busy time.Duration) error {
+	if err := sqliteCheckDatabaseFile(path, false); err != nil {
 		return err
 	}
 	if _, err := os.Lstat(dest); err == nil {
@@ -58,23 +58,23 @@ func backupDatabase(ctx context.Context, path, dest string, busy time.Duration) 
 	if err := errors.Join(f.Sync(), f.Close()); err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
-	if err := placeFile(tmpName, dest); err != nil {
+	if err := sqlitePlaceFile(tmpName, dest); err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
-	return syncDir(filepath.Dir(dest))
+	return sqliteSyncDir(filepath.Dir(dest))
 }
 
-// linkFile is os.Link; a test replaces it to act as a filesystem without
+// sqliteLinkFile is os.Link; a test replaces it to act as a filesystem without
 // hard links.
-var linkFile = os.Link
+var sqliteLinkFile = os.Link
 
-// placeFile gives the file tmp the name dest, failing if dest exists. A
+// sqlitePlaceFile gives the file tmp the name dest, failing if dest exists. A
 // hard link never replaces dest. Filesystems without hard links (FAT on a
 // USB disk, many network and FUSE mounts) refuse it, and then a rename
 // that refuses to replace dest (RENAME_NOREPLACE) does it; where that flag
 // is unknown too, a plain rename after checking that dest is still absent.
-func placeFile(tmp, dest string) error {
-	err := linkFile(tmp, dest)
+func sqlitePlaceFile(tmp, dest string) error {
+	err := sqliteLinkFile(tmp, dest)
 	if !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENOSYS) {
 		return err // done, or dest exists, or a failure a rename would share
 	}
@@ -91,7 +91,7 @@ func placeFile(tmp, dest string) error {
 	return os.Rename(tmp, dest)
 }
 
-func syncDir(dir string) error {
+func sqliteSyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

@@ -1,0 +1,153 @@
+// store_records.go owns the records that the Store's methods take and
+// return: the catalog's rows, the API keys, the day counts' increments, an
+// Idempotency-Key's request, answer and write.
+
+package main
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Category is a row of the categories table.
+type Category struct {
+	ID          int64   `json:"id"`
+	Name        string  `json:"name"`
+	Description *string `json:"description,omitempty"`
+}
+
+// Pet is a row of the pets table.
+type Pet struct {
+	ID         int64  `json:"id"`
+	Name       string `json:"name"`
+	CategoryID int64  `json:"categoryId"`
+	Status     string `json:"status"`
+}
+
+// petFilter narrows a pet list; zero fields do not filter.
+type petFilter struct {
+	CategoryID int64
+	Status     string
+}
+
+// Order is a row of the orders table.
+type Order struct {
+	ID        int64  `json:"id"`
+	PetID     int64  `json:"petId"`
+	Quantity  int64  `json:"quantity"`
+	Status    string `json:"status"`
+	CreatedAt string `json:"createdAt"` // RFC 3339, UTC
+}
+
+// apiKey is a row of api_keys. RPM and RPD are as stored (0 but for
+// enterprise keys) until planLimits resolves them.
+type apiKey struct {
+	ID          int64
+	Hash        [32]byte
+	Name        string
+	Plan        string
+	RPM         int64
+	RPD         int64
+	Env         string
+	CreatedAt   time.Time
+	Revoked     bool
+	BannedUntil time.Time // zero when not banned
+	ExpiresAt   time.Time // zero: never; refused from then on
+	Scope       string    // "write", or "read": GET and HEAD only
+	Lineage     int64     // the id of the first key its rotations started from (its own, for that key)
+	Replaces    int64     // the key it was rotated from; 0: none
+	LastUsedAt  time.Time // the minute of its last request as last written; zero: never
+	seq         int64     // grows with every change: KeysSince's cursor
+
+	// used is set by the requests that carry the key and taken by the
+	// upkeep, which writes LastUsedAt with the day counts. The keyring
+	// hands it from a key's old record to its new one.
+	used *atomic.Bool
+}
+
+// Key scopes (DECISIONS.md section 11).
+const (
+	scopeWrite = "write"
+	scopeRead  = "read"
+)
+
+// keyScopes are the scopes a key may have.
+var keyScopes = []string{scopeRead, scopeWrite}
+
+// usableAt reports whether k, a key not revoked, is still valid at now.
+func (k *apiKey) usableAt(now time.Time) bool {
+	return k.ExpiresAt.IsZero() || now.Before(k.ExpiresAt)
+}
+
+// keySpec is a key to create: its hash and what keys create gives it.
+type keySpec struct {
+	Hash      [32]byte
+	Name      string
+	Plan      string
+	RPM, RPD  int64 // stored for enterprise only
+	Env       string
+	Scope     string    // "" is write
+	ExpiresAt time.Time // zero: never
+}
+
+// limits returns the stored rpm and rpd of spec: NULL but for enterprise.
+func (spec keySpec) limits() (rpm, rpd any) {
+	if spec.Plan == "enterprise" {
+		return spec.RPM, spec.RPD
+	}
+	return nil, nil
+}
+
+func (spec keySpec) scope() string {
+	if spec.Scope == "" {
+		return scopeWrite
+	}
+	return spec.Scope
+}
+
+// dayDelta is an increment of a key's count for a UTC day ("2006-01-02").
+type dayDelta struct {
+	KeyID int64
+	Day   string
+	N     int64
+}
+
+// idemRequest is a request's Idempotency-Key as the store sees it.
+type idemRequest struct {
+	KeyID int64  // the API key it is scoped to
+	Key   string // the Idempotency-Key, unquoted
+	Owner int64  // a random token of this request: its running mark's
+	Now   time.Time
+	Since time.Time // answers stored at or before Since have expired
+}
+
+// idemAnswer is a stored answer and the fingerprint of its request.
+type idemAnswer struct {
+	Fingerprint [32]byte
+	Status      int
+	Body        []byte
+}
+
+// idemWrite is a create's Idempotency-Key: the store claims the key in the
+// create's transaction (a stored answer makes the create errIdemExists),
+// then asks answer what to store for the create's outcome (the row made,
+// or the create's refusal) and stores it, or drops the claim when keep is
+// false, before that transaction commits.
+type idemWrite[Row any] struct {
+	idemRequest
+	Fingerprint [32]byte
+	answer      func(Row, error) (status int, body []byte, keep bool)
+
+	Status int // the answer stored, set by settle: 0 when none
+	Body   []byte
+}
+
+// settle asks for the answer to the create's outcome and notes it if it is
+// to be kept.
+func (w *idemWrite[Row]) settle(row Row, err error) (status int, body []byte, keep bool) {
+	status, body, keep = w.answer(row, err)
+	if keep {
+		w.Status, w.Body = status, body
+	}
+	return status, body, keep
+}
