@@ -177,14 +177,19 @@ type Store interface {
 	// committed write, as last read (PostgreSQL: at open and each minute);
 	// the zero value where there is nothing to say (SQLite).
 	Replication() replication
+	// ReadPosition returns the database's position now, at or past every
+	// write committed before the call, for Petstore-Read-After
+	// (read_after.go); ok is false for a store without positions (SQLite).
+	ReadPosition(ctx context.Context) (pos uint64, ok bool, err error)
 	Close() error
 }
 
 // storeStats are counts of a store's work since it was opened.
 type storeStats struct {
-	Batches           int64  // transactions of the group commit
-	Writes            int64  // creates they held
-	CategoryListReads uint64 // whole category lists read
+	Batches           int64        // transactions of the group commit
+	Writes            int64        // creates they held
+	CategoryListReads uint64       // whole category lists read
+	Replica           replicaStats // reads by source, with --db-replica
 }
 
 // replication is PostgreSQL's synchronous replication as the primary
@@ -215,6 +220,11 @@ type storeOptions struct {
 	busy time.Duration
 	// maxConns bounds PostgreSQL's connection pool (0: the default).
 	maxConns int
+	// replica is serve's --db-replica (PostgreSQL; empty: none), with
+	// --replica-wait and --replica-max-lag (read_after.go).
+	replica       string
+	replicaWait   time.Duration
+	replicaMaxLag time.Duration
 }
 
 // storeWrapKey carries a test's wrapper of serve's store (one that counts
