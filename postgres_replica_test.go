@@ -132,19 +132,19 @@ func rpToken(t *testing.T, what string, r response) string {
 }
 
 // rpCluster is a far primary (behind a proxy that adds 20 ms each way)
-// and a near asynchronous standby that applies commits 300 ms late, with
-// petstore instances reading from the standby.
+// and a near asynchronous standby (that applies commits applyDelay late),
+// with petstore instances reading from the standby.
 type rpCluster struct {
 	primary, standby *pgNode
 	db, replica, key string
 	other            string // a key of another lineage, which never writes: its reads have no floor
 }
 
-func newRPCluster(t *testing.T) *rpCluster {
+func newRPCluster(t *testing.T, applyDelay time.Duration) *rpCluster {
 	t.Helper()
 	c := newPGCluster(t)
 	a := c.addPrimary("a")
-	b := c.addStandby("b", a, pgStandbyOptions{applyDelay: 300 * time.Millisecond})
+	b := c.addStandby("b", a, pgStandbyOptions{applyDelay: applyDelay})
 	proxy := startDelayProxy(t, a.addr(), 20*time.Millisecond)
 	rc := &rpCluster{primary: a, standby: b, db: pgMultiHost(proxy.addr()), replica: pgMultiHost(b.addr())}
 	rc.key = pmBigKey(t, rc.db)
@@ -241,6 +241,18 @@ func rpRoundsIn(t *testing.T, writer, reader *testServer, key string, cats []int
 	}
 	wg.Wait()
 	slices.Sort(reads)
+	var fast, mid, slow int // at most 5 ms (no wait), 5-50 ms, more (the primary, 40 ms away)
+	for _, d := range reads {
+		switch {
+		case d <= 5*time.Millisecond:
+			fast++
+		case d <= 50*time.Millisecond:
+			mid++
+		default:
+			slow++
+		}
+	}
+	t.Logf("%s: lists after the 201 within 5 ms %d, 5-50 ms %d, over 50 ms %d", tag, fast, mid, slow)
 	if len(reads) > 0 {
 		t.Logf("%s: %d rounds, %d lists lacked their row, %d requests failed; the list after the 201: p50 %v, p99 %v", tag, n,
 			missed.Load(), failed.Load(), rpQuantile(reads, 0.5), rpQuantile(reads, 0.99))
@@ -254,7 +266,7 @@ func rpRoundsIn(t *testing.T, writer, reader *testServer, key string, cats []int
 // the standby, with the same body and ETag as the primary's.
 func TestPostgresReplicaReadYourWrites(t *testing.T) {
 	t.Parallel()
-	rc := newRPCluster(t)
+	rc := newRPCluster(t, 300*time.Millisecond)
 	// One waits 50 ms (the default) for the standby, then reads from the
 	// primary; the other waits up to 2 s, and reads from the standby once
 	// it has replayed the token.
@@ -297,7 +309,7 @@ func TestPostgresReplicaReadYourWrites(t *testing.T) {
 // back.
 func TestPostgresReplicaPausedAndStopped(t *testing.T) {
 	t.Parallel()
-	rc := newRPCluster(t)
+	rc := newRPCluster(t, 300*time.Millisecond)
 	ts := pmStart(t, rc.db, rc.key, 1, "--db-replica", rc.replica, "--replica-max-lag", "2s")[0]
 	other := rc.other
 
@@ -423,7 +435,7 @@ func rpQuantile(d []time.Duration, q float64) time.Duration {
 // It logs the figures of BENCHMARKS.md ("Reading near the user").
 func TestPostgresReplicaLatency(t *testing.T) {
 	t.Parallel()
-	rc := newRPCluster(t)
+	rc := newRPCluster(t, 0)
 	near := pmStart(t, rc.db, rc.key, 1, "--db-replica", rc.replica)[0]
 	far := pmStart(t, rc.db, rc.key, 1)[0]
 	direct := pmStart(t, pgMultiHost(rc.primary.addr()), rc.key, 1)[0]
@@ -435,7 +447,7 @@ func TestPostgresReplicaLatency(t *testing.T) {
 			t.Fatalf("pet: %d %s", r.status, r.body)
 		}
 	}
-	time.Sleep(time.Second) // the standby applies 300 ms late
+	time.Sleep(time.Second)
 	reader := rc.other
 	const path = "/v1/pets?status=available"
 	figures := map[string][]time.Duration{}
@@ -459,4 +471,11 @@ func TestPostgresReplicaLatency(t *testing.T) {
 		t.Errorf("p50 of a list from the near replica %v, more than 2 ms above the primary's without the delay (%v)", p, q)
 	}
 	t.Logf("reads by source and reason on the near instance: %v", rpReads(t, near))
+
+	// What read-your-writes costs with a standby that streams as usual:
+	// lists right after a 201, through the instance that wrote.
+	before := rpReads(t, near)
+	rpRounds(t, near, near, rc.key, 400, false, "after a 201")
+	after := rpReads(t, near)
+	t.Logf("after a 201: reads by reason went from %v to %v", before, after)
 }
