@@ -62,7 +62,9 @@ type pgReplica struct {
 
 	posRead sharedRead // waiters for a position share the replica's answers
 
-	reads struct{ replica, lag, wait, err atomic.Uint64 }
+	reads     struct{ replica, lag, wait, err atomic.Uint64 }
+	waits     atomic.Uint64 // reads that waited for the replay of their floor
+	waitNanos atomic.Int64  // how long they waited in all
 }
 
 // pgPosSample is the primary's position as read at a time.
@@ -157,10 +159,18 @@ func (s *pgStore) checkReplica() {
 }
 
 // notePrimary raises the primary's last known position to pos.
-func (r *pgReplica) notePrimary(pos uint64) {
+func (r *pgReplica) notePrimary(pos uint64) { raise(&r.primary, pos) }
+
+// noteReplayed raises the replica's replay position to pos, as a read saw
+// it: the next reads that need no more wait for nothing. (The monitor
+// sets it as it finds it, lower after a restart; a read checks it anyway.)
+func (r *pgReplica) noteReplayed(pos uint64) { raise(&r.replayed, pos) }
+
+// raise sets v to pos if pos is higher.
+func raise(v *atomic.Uint64, pos uint64) {
 	for {
-		old := r.primary.Load()
-		if pos <= old || r.primary.CompareAndSwap(old, pos) {
+		old := v.Load()
+		if pos <= old || v.CompareAndSwap(old, pos) {
 			return
 		}
 	}
@@ -170,7 +180,8 @@ func (r *pgReplica) close() { r.pool.Close() }
 
 func (r *pgReplica) stats() replicaStats {
 	return replicaStats{Shown: true, Replica: r.reads.replica.Load(), Lag: r.reads.lag.Load(), Wait: r.reads.wait.Load(),
-		Error: r.reads.err.Load(), LagSeconds: time.Duration(r.lag.Load()).Seconds()}
+		Error: r.reads.err.Load(), Waits: r.waits.Load(), WaitSeconds: time.Duration(r.waitNanos.Load()).Seconds(),
+		LagSeconds: time.Duration(r.lag.Load()).Seconds()}
 }
 
 // fromReplica decides, once per request, whether its reads go to the
@@ -208,6 +219,11 @@ func (r *pgReplica) waitFor(ctx context.Context, pos uint64) bool {
 	if r.wait <= 0 {
 		return false
 	}
+	start := time.Now()
+	defer func() {
+		r.waits.Add(1)
+		r.waitNanos.Add(int64(time.Since(start)))
+	}()
 	ctx, cancel := context.WithTimeout(ctx, r.wait)
 	defer cancel()
 	for {
@@ -222,6 +238,7 @@ func (r *pgReplica) waitFor(ctx context.Context, pos uint64) bool {
 			return false
 		}
 		if at >= pos {
+			r.noteReplayed(at)
 			return true
 		}
 		select {
@@ -319,6 +336,7 @@ func pgReplicaRead[T any](ctx context.Context, r *pgReplica, st *readState, scan
 		return nil, errReplicaBehind
 	}
 	st.saw(uint64(after))
+	r.noteReplayed(uint64(after))
 	return v, nil
 }
 

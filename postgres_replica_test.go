@@ -109,7 +109,8 @@ func (p *delayProxy) pipe(dst, src net.Conn) {
 	<-done
 }
 
-// rpReads returns an instance's petstore_db_reads_total by reason.
+// rpReads returns an instance's petstore_db_reads_total by reason, and
+// its waits for the replica (how many, how long in all).
 func rpReads(t *testing.T, ts *testServer) map[string]float64 {
 	t.Helper()
 	m := ts.get(t, ts.admin+"/metrics")
@@ -117,6 +118,8 @@ func rpReads(t *testing.T, ts *testServer) map[string]float64 {
 	for _, s := range []string{`source="replica",reason="fresh"`, `source="primary",reason="lag"`, `source="primary",reason="wait"`, `source="primary",reason="error"`} {
 		out[s[strings.LastIndex(s, "=")+2:len(s)-1]] = metricValue(m, "petstore_db_reads_total{"+s+"}")
 	}
+	out["waits"] = metricValue(m, "petstore_db_replica_waits_total")
+	out["wait_s"] = metricValue(m, "petstore_db_replica_wait_seconds_total")
 	return out
 }
 
@@ -345,7 +348,8 @@ func TestPostgresReplicaPausedAndStopped(t *testing.T) {
 		t.Errorf("petstore_db_replica_lag_seconds %v, want at least 2", metricValue(m, "petstore_db_replica_lag_seconds"))
 	}
 	fams := parseExposition(t, m)
-	for name, typ := range map[string]string{"petstore_db_reads_total": "counter", "petstore_db_replica_lag_seconds": "gauge"} {
+	for name, typ := range map[string]string{"petstore_db_reads_total": "counter", "petstore_db_replica_lag_seconds": "gauge",
+		"petstore_db_replica_waits_total": "counter", "petstore_db_replica_wait_seconds_total": "counter"} {
 		if f := fams[name]; f == nil || f.typ != typ || f.help != families[name].help || f.help == "" || len(f.samples) == 0 {
 			t.Errorf("%s: %+v, want a %s with the help text of families", name, f, typ)
 		}

@@ -224,5 +224,9 @@ type replicaStats struct {
 	// had not replayed the token within --replica-wait, or because it
 	// failed or could not be reached.
 	Replica, Lag, Wait, Error uint64
-	LagSeconds                float64 // how long it has been short of the primary's last known position
+	// Waits are the reads that waited for the replica to replay their
+	// floor (either way it ended), WaitSeconds how long they waited in all.
+	Waits       uint64
+	WaitSeconds float64
+	LagSeconds  float64 // how long it has been short of the primary's last known position
 }
