@@ -344,7 +344,12 @@ func pgChunks[T any](ctx context.Context, s *pgStore, what string, scan pgx.RowT
 // query in errors.
 func pgRead[T any](ctx context.Context, s *pgStore, what string, scan pgx.RowToFunc[T], query string, args ...any) ([]T, error) {
 	if st := readStateOf(ctx); st != nil { // an API operation's: postgres_replica.go
-		return pgReadTracked(ctx, s, st, what, scan, query, args...)
+		var v []T
+		err := s.readTracked(ctx, st, what, func(rows pgx.Rows) (err error) {
+			v, err = pgx.CollectRows(rows, scan)
+			return err
+		}, query, args...)
+		return v, err
 	}
 	ctx, cancel := s.op(ctx)
 	defer cancel()

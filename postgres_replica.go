@@ -264,14 +264,16 @@ func (s *pgStore) replicaFailed(st *readState, err error) {
 	s.replica.usable.Store(false)
 }
 
-// pgReadTracked is pgRead for a request with a read state: on the replica
+// readTracked is pgRead for a request with a read state: on the replica
 // when fromReplica says so, else on the primary; either way with the
-// position the rows reflect, which the request's answer carries.
-func pgReadTracked[T any](ctx context.Context, s *pgStore, st *readState, what string, scan pgx.RowToFunc[T], query string, args ...any) ([]T, error) {
+// position the rows reflect, which the request's answer carries. collect
+// reads the rows (it is not generic, so that each row type does not get a
+// copy of it: the binary's size).
+func (s *pgStore) readTracked(ctx context.Context, st *readState, what string, collect func(pgx.Rows) error, query string, args ...any) error {
 	if s.fromReplica(ctx, st) {
-		v, err := pgReplicaRead(ctx, s.replica, st, scan, query, args...)
+		err := s.replica.read(ctx, st, collect, query, args...)
 		if err == nil || errors.Is(err, context.Canceled) {
-			return v, err
+			return err
 		}
 		s.replicaFailed(st, err)
 	}
@@ -281,7 +283,7 @@ func pgReadTracked[T any](ctx context.Context, s *pgStore, st *readState, what s
 	b.Queue(query, args...)
 	b.Queue(pgPrimaryPos)
 	br := s.pool.SendBatch(ctx, b)
-	v, err := pgx.CollectRows(pgBatchRows(br), scan)
+	err := collect(pgBatchRows(br))
 	var pos int64
 	if err == nil {
 		err = br.QueryRow().Scan(&pos)
@@ -290,26 +292,26 @@ func pgReadTracked[T any](ctx context.Context, s *pgStore, st *readState, what s
 		err = cerr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, describePostgres(err))
+		return fmt.Errorf("%s: %w", what, describePostgres(err))
 	}
 	st.saw(uint64(pos))
 	if s.replica != nil {
 		s.replica.notePrimary(uint64(pos))
 	}
-	return v, nil
+	return nil
 }
 
 // pgBatchRows is the rows of a batch's next query.
 func pgBatchRows(br pgx.BatchResults) pgx.Rows {
-	rows, _ := br.Query() // an error is the rows' own, which CollectRows returns
+	rows, _ := br.Query() // an error is the rows' own, which collect returns
 	return rows
 }
 
-// pgReplicaRead runs query on the replica between two reads of its replay
+// read runs query on the replica between two reads of its replay
 // position, in one round trip on one connection: the first must be at
 // least the request's floor (errReplicaBehind), the second is the position
 // the rows reflect.
-func pgReplicaRead[T any](ctx context.Context, r *pgReplica, st *readState, scan pgx.RowToFunc[T], query string, args ...any) ([]T, error) {
+func (r *pgReplica) read(ctx context.Context, st *readState, collect func(pgx.Rows) error, query string, args ...any) error {
 	ctx, cancel := context.WithTimeout(ctx, pgReplicaTimeout)
 	defer cancel()
 	b := &pgx.Batch{}
@@ -319,9 +321,8 @@ func pgReplicaRead[T any](ctx context.Context, r *pgReplica, st *readState, scan
 	br := r.pool.SendBatch(ctx, b)
 	var before, after int64
 	err := br.QueryRow().Scan(&before)
-	var v []T
 	if err == nil {
-		v, err = pgx.CollectRows(pgBatchRows(br), scan)
+		err = collect(pgBatchRows(br))
 	}
 	if err == nil {
 		err = br.QueryRow().Scan(&after)
@@ -331,13 +332,13 @@ func pgReplicaRead[T any](ctx context.Context, r *pgReplica, st *readState, scan
 	}
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("read from the replica: %w", describePostgres(err))
+		return fmt.Errorf("read from the replica: %w", describePostgres(err))
 	case uint64(before) < st.floor:
-		return nil, errReplicaBehind
+		return errReplicaBehind
 	}
 	st.saw(uint64(after))
 	r.noteReplayed(uint64(after))
-	return v, nil
+	return nil
 }
 
 // replicaGen is CategoriesGen on the replica, for a request whose reads go
@@ -346,15 +347,24 @@ func (s *pgStore) replicaGen(ctx context.Context, st *readState) (gen uint64, ok
 	if !s.fromReplica(ctx, st) {
 		return 0, false, nil
 	}
-	v, err := pgReplicaRead(ctx, s.replica, st, pgx.RowTo[int64], "SELECT coalesce(max(id), 0) FROM categories")
+	var id int64
+	err = s.replica.read(ctx, st, func(rows pgx.Rows) error {
+		defer rows.Close()
+		if rows.Next() {
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	}, "SELECT coalesce(max(id), 0) FROM categories")
 	if errors.Is(err, context.Canceled) {
 		return 0, true, err
 	}
-	if err != nil || len(v) != 1 {
+	if err != nil {
 		s.replicaFailed(st, err)
 		return 0, false, nil
 	}
-	return uint64(v[0]), true, nil
+	return uint64(id), true, nil
 }
 
 // writeAt is the group commit's write of a create, which notes its

@@ -12,10 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	lru "github.com/hashicorp/golang-lru/v2"
 )
 
 // readAfterHeader carries a position: on every 201 and every read of the
@@ -30,7 +27,7 @@ const (
 )
 
 // maxLineages bounds the lineages whose last write an instance remembers
-// (about 100 bytes each); the position of one evicted becomes a floor for
+// (about 40 bytes each); the position of one evicted becomes a floor for
 // every read.
 const maxLineages = 1 << 16
 
@@ -132,13 +129,14 @@ func readAtReplay(ctx context.Context, store Store, status int) {
 }
 
 // readAfter is an instance's memory of the last write it made for each key
-// lineage (bounded: the least recently written go first, and the highest
-// position of those gone is a floor for every read), and the middleware
-// that gives each API operation its read state.
+// lineage (bounded: when it is full, a lineage chosen at random goes, and
+// the highest position of those gone is a floor for every read), and the
+// middleware that gives each API operation its read state.
 type readAfter struct {
-	mu       sync.Mutex // keeps a lineage's position from going back between Get and Add
-	lineages *lru.Cache[int64, uint64]
-	evicted  atomic.Uint64
+	mu       sync.Mutex
+	lineages map[int64]uint64
+	size     int
+	evicted  uint64
 }
 
 // newReadAfter returns the memory of a store that has positions
@@ -148,20 +146,7 @@ func newReadAfter(positions bool, size int) *readAfter {
 	if !positions {
 		return nil
 	}
-	ra := &readAfter{}
-	c, err := lru.NewWithEvict(size, func(_ int64, pos uint64) {
-		for {
-			old := ra.evicted.Load()
-			if pos <= old || ra.evicted.CompareAndSwap(old, pos) {
-				return
-			}
-		}
-	})
-	if err != nil {
-		panic(err) // only for a size below 1
-	}
-	ra.lineages = c
-	return ra
+	return &readAfter{lineages: map[int64]uint64{}, size: max(size, 1)}
 }
 
 // remember notes that lineage's last write here is at pos.
@@ -171,19 +156,26 @@ func (ra *readAfter) remember(lineage int64, pos uint64) {
 	}
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
-	if old, ok := ra.lineages.Get(lineage); !ok || pos > old {
-		ra.lineages.Add(lineage, pos)
+	old, ok := ra.lineages[lineage]
+	if ok && pos <= old {
+		return
 	}
+	if !ok && len(ra.lineages) >= ra.size {
+		for l, p := range ra.lineages { // one at random (map order)
+			ra.evicted = max(ra.evicted, p)
+			delete(ra.lineages, l)
+			break
+		}
+	}
+	ra.lineages[lineage] = pos
 }
 
 // floorOf is what every read of lineage must include without a token:
 // its last write here, and the floor evicted lineages left.
 func (ra *readAfter) floorOf(lineage int64) uint64 {
-	floor := ra.evicted.Load()
-	if pos, ok := ra.lineages.Peek(lineage); ok && pos > floor {
-		floor = pos
-	}
-	return floor
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	return max(ra.evicted, ra.lineages[lineage])
 }
 
 // reads gives a read operation's requests their read state: the replica
