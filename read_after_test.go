@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -121,4 +122,38 @@ func TestReadAfterOnPostgres(t *testing.T) {
 	tokenOf("pet get", ts.do(t, "GET", "/v1/pets/1", ts.key, ""), 200)
 	tokenOf("pets", ts.do(t, "GET", "/v1/pets?status=available", ts.key, "", readAfterHeader, "nonsense"), 200)
 	tokenOf("orders", ts.do(t, "GET", "/v1/store/orders", ts.key, ""), 200)
+}
+
+// TestPostgresReplicaNotADependency: an instance whose replica cannot be
+// reached starts, is ready, and answers its reads from the primary; one
+// whose replica is the primary itself reads from it as a replica.
+func TestPostgresReplicaNotADependency(t *testing.T) {
+	db := postgresSchema(t, needPostgres(t))
+	key := createKey(t, db, "--plan", "business", "--name", "test")
+	away := startServerOn(t, db, key, "--db-replica", pmViaProxy(t, db, "127.0.0.1:1"))
+	same := startServerOn(t, db, key, "--db-replica", db)
+	if r := away.do(t, "POST", "/v1/categories", key, `{"name":"Dog"}`); r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	for _, ts := range []*testServer{away, same} {
+		for _, path := range []string{"/v1/categories", "/v1/pets", "/v1/store/orders"} {
+			if r := ts.do(t, "GET", path, key, ""); r.status != 200 || r.header.Get(readAfterHeader) == "" {
+				t.Errorf("GET %s: %d %s, Petstore-Read-After %q", path, r.status, r.body, r.header.Get(readAfterHeader))
+			}
+		}
+		if r := ts.do(t, "GET", "/readyz", "", ""); r.status != 200 {
+			t.Errorf("/readyz: %d %s", r.status, r.body)
+		}
+	}
+	if r := rpReads(t, away); r["error"] != 3 || r["fresh"] != 0 {
+		t.Errorf("replica away: reads by reason %v, want 3 for error", r)
+	}
+	rpWaitFresh(t, same, key) // the monitor's first look
+	before := rpReads(t, same)["fresh"]
+	if r := same.do(t, "GET", "/v1/categories", key, ""); r.status != 200 || !strings.Contains(string(r.body), "Dog") {
+		t.Errorf("GET /v1/categories from the primary as a replica: %d %s", r.status, r.body)
+	}
+	if after := rpReads(t, same)["fresh"]; after != before+1 {
+		t.Errorf("the primary as a replica: %v reads from it, want %v", after, before+1)
+	}
 }
