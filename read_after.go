@@ -116,9 +116,15 @@ func readSaw(ctx context.Context, pos uint64) {
 	}
 }
 
+// positions is the part of the Store that read-your-writes asks
+// directly (the rest it learns through the read state).
+type positions interface {
+	ReadPosition(ctx context.Context) (pos uint64, ok bool, err error)
+}
+
 // readAtReplay gives a replayed 201 the database's current position: a
 // stored answer carries no position of its own.
-func readAtReplay(ctx context.Context, store Store, status int) {
+func readAtReplay(ctx context.Context, store positions, status int) {
 	st := readStateOf(ctx)
 	if st == nil || status != http.StatusCreated {
 		return
