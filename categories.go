@@ -89,6 +89,9 @@ type listSnapshot struct {
 	// so every response can share them.
 	etagHeader, lengthHeader []string
 	linkHeader               []string // a page's Link to the next page: only a full page has one
+	// pos is the database's position after the list was read, which its
+	// every answer carries (Petstore-Read-After, read_after.go); 0: none.
+	pos uint64
 }
 
 // categoryLists serves GET /v1/categories: the full list from a serialized
@@ -182,7 +185,9 @@ func (l *categoryLists) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// instance may have added a category since the copy was made.
 		gen, err := l.store.CategoriesGen(ctx)
 		if err == nil {
-			if snap = l.cached.Load(); snap == nil || snap.gen != gen {
+			// A later copy than gen serves too: a replica may be behind
+			// the copy (read_after.go).
+			if snap = l.cached.Load(); snap == nil || snap.gen < gen {
 				snap, err = l.snapshot(ctx, gen)
 			}
 		}
@@ -210,6 +215,7 @@ func unavailableAfter(ctx context.Context, err error) error {
 // serveSnapshot answers with a serialized list or page, or with 304 Not
 // Modified when the client has it already.
 func serveSnapshot(w http.ResponseWriter, r *http.Request, snap *listSnapshot) {
+	readSaw(r.Context(), snap.pos)
 	h := w.Header()
 	if snap.linkHeader != nil {
 		h["Link"] = snap.linkHeader
@@ -283,6 +289,7 @@ func (l *categoryLists) snapshot(ctx context.Context, gen uint64) (*listSnapshot
 	// a request that saw gen may be answered with; a request that sees the
 	// later generation reads again.
 	snap := newSnapshot(gen, buf)
+	snap.pos = readPosOf(ctx)
 	l.cached.Store(snap)
 	return snap, nil
 }
@@ -345,7 +352,7 @@ func (l *categoryLists) servePage(w http.ResponseWriter, r *http.Request, q url.
 		writeError(w, r, unavailableAfter(ctx, err))
 		return
 	}
-	if !ok || snap.gen != gen {
+	if !ok || snap.gen < gen {
 		if snap, err = l.page(ctx, key, gen); err != nil {
 			writeError(w, r, unavailableAfter(ctx, err))
 			return
@@ -373,6 +380,7 @@ func (l *categoryLists) page(ctx context.Context, key pageKey, gen uint64) (*lis
 		return nil, err
 	}
 	snap := newSnapshot(gen, buf.Bytes())
+	snap.pos = readPosOf(ctx)
 	full := int64(len(page)) == key.limit
 	if full {
 		snap.linkHeader = []string{fmt.Sprintf("<%s/categories?limit=%d&after_id=%d>; rel=\"next\"", l.publicURL, key.limit, page[len(page)-1].ID)}

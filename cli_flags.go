@@ -30,6 +30,8 @@ var flagBounds = map[string]flagBound{
 	"ban-duration":        {min: int64(time.Second)},
 	"ban-hold":            {min: 0, max: int64(maxBanHold)},
 	"db-max-conns":        {min: 1},
+	"replica-wait":        {min: 0, max: int64(10 * time.Second)},
+	"replica-max-lag":     {min: int64(time.Millisecond)},
 	"max-conns-per-addr":  {min: 0},
 	"max-conns":           {min: 1},
 	"busy-timeout":        {min: int64(time.Millisecond)},

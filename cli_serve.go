@@ -28,6 +28,9 @@ func checkEnv(env string) error {
 type serveConfig struct {
 	db               string
 	dbMaxConns       int
+	dbReplica        string        // --db-replica: a PostgreSQL standby's URL for the reads; empty: none
+	replicaWait      time.Duration // --replica-wait
+	replicaMaxLag    time.Duration // --replica-max-lag
 	addr             string
 	adminAddr        string
 	httpAddr         string // the plain listener (section 13): ACME's HTTP-01 and redirects; empty: none
@@ -122,7 +125,28 @@ func (cfg *serveConfig) validate() error {
 			return usagef("%v", err)
 		}
 	}
-	return checkDBPath(cfg.db)
+	if err := checkDBPath(cfg.db); err != nil {
+		return err
+	}
+	return cfg.validateReplica()
+}
+
+// validateReplica checks --db-replica: a PostgreSQL URL beside a
+// PostgreSQL --db (a SQLite file has one process, which reads its own
+// writes).
+func (cfg *serveConfig) validateReplica() error {
+	switch {
+	case cfg.dbReplica == "":
+		return nil
+	case !isPostgresURL(cfg.db):
+		return usagef("--db-replica needs a PostgreSQL --db (postgres://...): a SQLite database has no replicas")
+	case !isPostgresURL(cfg.dbReplica):
+		return usagef("--db-replica must be a postgres:// or postgresql:// URL, got %s", redactDB(cfg.dbReplica))
+	}
+	if err := checkDBPath(cfg.dbReplica); err != nil {
+		return usagef("%s", strings.Replace(err.Error(), "--db", "--db-replica", 1))
+	}
+	return nil
 }
 
 // validateProxies reads --trusted-proxies and checks it and --trust-proxy
@@ -156,6 +180,9 @@ func parseServe(args []string, getenv func(string) string, stdout io.Writer) (se
 	var cfg serveConfig
 	fs.StringVar(&cfg.db, "db", "petstore.db", dbUsage)
 	fs.IntVar(&cfg.dbMaxConns, "db-max-conns", pgDefaultMaxConns, "PostgreSQL connections this instance opens at most, `N`; instances x N must stay below the server's max_connections")
+	fs.StringVar(&cfg.dbReplica, "db-replica", "", "a PostgreSQL standby's `URL` (multi-host form allowed) near this instance: the reads (the lists, GET /v1/pets/{petId}, GET /v1/store/inventory) go to it while it keeps up; empty: every read goes to --db")
+	fs.DurationVar(&cfg.replicaWait, "replica-wait", defaultReplicaWait, "how long a read waits for --db-replica to replay the Petstore-Read-After position it must include, a `DURATION`, before it reads from --db")
+	fs.DurationVar(&cfg.replicaMaxLag, "replica-max-lag", defaultReplicaMaxLag, "how far --db-replica may fall behind the primary, a `DURATION`, before reads go to --db until it catches up")
 	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:8080", "`HOST:PORT` to listen on; loopback by default, so a first run is not open to the network (:8080 listens on every interface)")
 	fs.StringVar(&cfg.env, "env", "production", "the environment whose keys are accepted, `"+strings.Join(environments, "|")+"`")
 	fs.StringVar(&cfg.publicURL, "public-url", "http://localhost:8080/v1", "the base `URL` clients use, advertised in the OpenAPI document; with --tls-cert https://localhost:PORT/v1, with --acme-domains https://FIRST-DOMAIN/v1")

@@ -635,9 +635,13 @@ func TestNoParameterIsPrefilled(t *testing.T) {
 // deprecated operation's. Each is a $ref to components.headers, so a
 // shared response of the wrong area, or one missing a header, shows here.
 func TestDocumentResponseHeaders(t *testing.T) {
+	type ref struct {
+		Ref string `json:"$ref"`
+	}
 	type operation struct {
 		Stability  string `json:"x-stability"`
 		Deprecated bool   `json:"deprecated"`
+		Parameters []ref  `json:"parameters"`
 		Responses  map[string]struct {
 			Headers map[string]struct {
 				Ref string `json:"$ref"`
@@ -657,6 +661,12 @@ func TestDocumentResponseHeaders(t *testing.T) {
 			var op operation
 			if err := json.Unmarshal(raw, &op); err != nil || op.Responses == nil {
 				continue
+			}
+			// Read-your-writes (DECISIONS.md section 20): every read of the
+			// database takes the token and every read and 201 carries it.
+			dbOp := path != "/openapi.json"
+			if dbOp && (method == "get" || method == "head") && !slices.Contains(op.Parameters, ref{"#/components/parameters/Petstore-Read-After"}) {
+				t.Errorf("%s %s: no Petstore-Read-After parameter", strings.ToUpper(method), path)
 			}
 			for status, r := range op.Responses {
 				checked++
@@ -678,6 +688,9 @@ func TestDocumentResponseHeaders(t *testing.T) {
 				}
 				if op.Deprecated {
 					want["Deprecation"], want["Sunset"], want["Link"] = "Deprecation", "Sunset", "Link"
+				}
+				if dbOp && (status == "200" || status == "201" || status == "304") {
+					want["Petstore-Read-After"] = "Petstore-Read-After"
 				}
 				for name, c := range want {
 					if got := r.Headers[name].Ref; got != "#/components/headers/"+c {

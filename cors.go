@@ -22,11 +22,11 @@ type corsPolicy struct {
 // The header values of CORS answers: the same for every request. The
 // allowed methods come from the route table (corsMethods).
 var (
-	corsAllowHeaders = []string{"Authorization, Content-Type, Idempotency-Key, If-None-Match, X-Request-Id"}
+	corsAllowHeaders = []string{"Authorization, Content-Type, Idempotency-Key, If-None-Match, X-Request-Id, Petstore-Read-After"}
 	corsMaxAge       = []string{"7200"} // Chromium's cap; Firefox allows a day
 	corsAnyOrigin    = []string{"*"}
 	corsExpose       = []string{"X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, RateLimit-Policy, RateLimit, " +
-		"Retry-After, X-Request-Id, ETag, Link, Deprecation, Sunset, X-API-Stability, Idempotency-Replayed"}
+		"Retry-After, X-Request-Id, ETag, Link, Deprecation, Sunset, X-API-Stability, Idempotency-Replayed, Petstore-Read-After"}
 )
 
 // parseCORSOrigins reads --cors-origins: empty (no CORS), "*", or a

@@ -62,7 +62,7 @@ func TestCORSPreflight(t *testing.T) {
 				t.Errorf("Access-Control-Allow-Origin = %q, want %q (the configured origin, normalised)", got, appOrigin)
 			}
 			wantListed(t, r.header, "Access-Control-Allow-Methods", "GET", "HEAD", "POST")
-			wantListed(t, r.header, "Access-Control-Allow-Headers", "Authorization", "Content-Type", "Idempotency-Key", "If-None-Match", "X-Request-Id")
+			wantListed(t, r.header, "Access-Control-Allow-Headers", "Authorization", "Content-Type", "Idempotency-Key", "If-None-Match", "X-Request-Id", "Petstore-Read-After")
 			wantListed(t, r.header, "Vary", "Origin")
 			if r.header.Get("Access-Control-Max-Age") == "" {
 				t.Error("a preflight without Access-Control-Max-Age")
@@ -130,7 +130,7 @@ func TestCORSAllowsEveryRouteMethod(t *testing.T) {
 func TestCORSResponses(t *testing.T) {
 	ts := startServer(t, "--cors-origins", appOrigin+",http://localhost:3000")
 	exposed := []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit-Policy", "RateLimit",
-		"Retry-After", "X-Request-Id", "ETag", "Link", "Deprecation", "Sunset", "X-API-Stability", "Idempotency-Replayed"}
+		"Retry-After", "X-Request-Id", "ETag", "Link", "Deprecation", "Sunset", "X-API-Stability", "Idempotency-Replayed", "Petstore-Read-After"}
 	for _, tt := range []struct {
 		name, method, path, key, body string
 		status                        int

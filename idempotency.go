@@ -274,6 +274,7 @@ func (idem *idempotency) answer(w http.ResponseWriter, r *http.Request, a *idemA
 			"this Idempotency-Key was sent with another request (method, path or body); send a new key for a new request"))
 	default:
 		w.Header().Set("Idempotency-Replayed", "true")
+		readAtReplay(r.Context(), idem.store, a.Status) // a 201 carries the position now
 		writeRaw(w, a.Status, a.Body)
 	}
 	return true

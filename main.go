@@ -99,7 +99,8 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		return err
 	}
 	defer release() // registered before the store's close: runs after it
-	store, err := openStore(ctx, cfg.db, storeOptions{migrate: true, now: time.Now, busy: cfg.busyTimeout, maxConns: cfg.dbMaxConns})
+	store, err := openStore(ctx, cfg.db, storeOptions{migrate: true, now: time.Now, busy: cfg.busyTimeout, maxConns: cfg.dbMaxConns,
+		replica: cfg.dbReplica, replicaWait: cfg.replicaWait, replicaMaxLag: cfg.replicaMaxLag})
 	if err != nil {
 		return err
 	}

@@ -103,6 +103,7 @@ func newServerMetrics(lim rateLimiter, store healthStore) *serverMetrics {
 		vm.WriteCounterUint64(w, "petstore_group_commit_batches_total", uint64(st.Batches))
 		vm.WriteCounterUint64(w, "petstore_group_commit_writes_total", uint64(st.Writes))
 		vm.WriteCounterUint64(w, "petstore_category_list_reads_total", st.CategoryListReads)
+		writeReplicaStats(w, st.Replica)
 	})
 	set.NewGauge("petstore_limiter_tracked_keys", func() float64 { return float64(lim.stats().keys) })
 	set.NewGauge("petstore_limiter_tracked_addrs", func() float64 { return float64(lim.stats().addrs) })
@@ -111,6 +112,25 @@ func newServerMetrics(lim rateLimiter, store healthStore) *serverMetrics {
 		set.NewGauge("petstore_db_synchronous_standbys", func() float64 { return float64(store.Replication().SyncStandbys) })
 	}
 	return m
+}
+
+// writeReplicaStats writes the reads by source and reason, and the
+// replica's lag, of a store with --db-replica (read_after.go).
+func writeReplicaStats(w io.Writer, st replicaStats) {
+	if !st.Shown {
+		return
+	}
+	vm.WriteMetadataIfNeeded(w, "petstore_db_reads_total", "counter")
+	for _, c := range []struct {
+		labels string
+		n      uint64
+	}{{`source="replica",reason="fresh"`, st.Replica}, {`source="primary",reason="lag"`, st.Lag},
+		{`source="primary",reason="wait"`, st.Wait}, {`source="primary",reason="error"`, st.Error}} {
+		io.WriteString(w, "petstore_db_reads_total{"+c.labels+"} "+strconv.FormatUint(c.n, 10)+"\n")
+	}
+	vm.WriteCounterUint64(w, "petstore_db_replica_waits_total", st.Waits)
+	vm.WriteCounterFloat64(w, "petstore_db_replica_wait_seconds_total", st.WaitSeconds)
+	vm.WriteGaugeFloat64(w, "petstore_db_replica_lag_seconds", st.LagSeconds)
 }
 
 // limitsShared adds the metrics of a limiter that keeps its counts in
@@ -242,6 +262,10 @@ var families = map[string]family{
 	"petstore_connections_max":                          {help: "The cap on connections open on the API and plain listeners together (--max-conns, or its default)."},
 	"petstore_connections_refused_total":                {help: "Connections closed at accept, before any TLS, by listener and by the cap reached: max_conns_per_addr, max_conns."},
 	"petstore_connections_closed_total":                 {help: "Connections petstore closed without a request: http2_no_stream (no first stream within --read-header-timeout)."},
+	"petstore_db_reads_total":                           {help: "Requests whose reads went to --db-replica (source replica, reason fresh) or to the primary because the replica lagged more than --replica-max-lag (lag), had not replayed the Petstore-Read-After position within --replica-wait (wait), or failed or was unreachable (error); only with --db-replica."},
+	"petstore_db_replica_waits_total":                   {help: "Reads that waited for --db-replica to replay their Petstore-Read-After position (or the key's last write here), whether it did within --replica-wait or not; only with --db-replica."},
+	"petstore_db_replica_wait_seconds_total":            {help: "Time reads spent waiting for --db-replica to replay their position, in all; only with --db-replica."},
+	"petstore_db_replica_lag_seconds":                   {help: "How long --db-replica has been short of the primary's last known position, as last checked (every 100 ms); 0 when caught up; only with --db-replica."},
 	"petstore_db_synchronous_standbys":                  {help: "PostgreSQL standbys that confirm each commit (synchronous), as read at start and each minute; 0: a failover may lose acknowledged writes; -1: unknown (grant pg_monitor)."},
 
 	// The Go runtime's, from runtime/metrics and runtime.MemStats.

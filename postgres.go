@@ -50,6 +50,7 @@ type pgStore struct {
 	categoriesGen     pgSharedRead
 	categoryListReads atomic.Uint64
 	names             pgNameFill // postgres_catalog.go
+	replica           *pgReplica // --db-replica (postgres_replica.go); nil: none
 }
 
 // pgStore must stay a Store: what the handlers, the CLI and the upkeep use
@@ -159,6 +160,13 @@ func openPostgres(ctx context.Context, db string, o storeOptions) (*pgStore, err
 	}
 	s.readReplication(ctx) // unknown until it reads (Replication)
 	go s.watchReplication()
+	if o.replica != "" {
+		if s.replica, err = pgOpenReplica(o.replica, o); err != nil {
+			s.Close()
+			return nil, err
+		}
+		go s.watchReplica()
+	}
 	return s, nil
 }
 
@@ -188,6 +196,9 @@ func (s *pgStore) Close() error {
 	s.group.close()
 	s.idemLocks.closeAll()
 	s.pool.Close()
+	if s.replica != nil {
+		s.replica.close()
+	}
 	return nil
 }
 
@@ -227,7 +238,11 @@ func (s *pgStore) DeploymentID(ctx context.Context) (string, error) {
 
 func (s *pgStore) Stats() storeStats {
 	batches, writes := s.group.stats()
-	return storeStats{Batches: batches, Writes: writes, CategoryListReads: s.categoryListReads.Load()}
+	st := storeStats{Batches: batches, Writes: writes, CategoryListReads: s.categoryListReads.Load()}
+	if s.replica != nil {
+		st.Replica = s.replica.stats()
+	}
+	return st
 }
 
 // describePostgres maps the errors a retry may cure to errUnavailable,
@@ -328,6 +343,14 @@ func pgChunks[T any](ctx context.Context, s *pgStore, what string, scan pgx.RowT
 // pgRead runs query and returns every row that scan reads. what names the
 // query in errors.
 func pgRead[T any](ctx context.Context, s *pgStore, what string, scan pgx.RowToFunc[T], query string, args ...any) ([]T, error) {
+	if st := readStateOf(ctx); st != nil { // an API operation's: postgres_replica.go
+		var v []T
+		err := s.readTracked(ctx, st, what, func(rows pgx.Rows) (err error) {
+			v, err = pgx.CollectRows(rows, scan)
+			return err
+		}, query, args...)
+		return v, err
+	}
 	ctx, cancel := s.op(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(ctx, query, args...)

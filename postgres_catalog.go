@@ -23,6 +23,7 @@ type pgBatch struct {
 	// then queue the second round, which the first one's answers decide:
 	// the keyed creates' answers (pgCreate).
 	then []func(next *pgx.Batch)
+	pos  uint64 // the primary's position after the COMMIT (postgres_replica.go); 0: unknown
 }
 
 // insertID queues a create's statement (pgKeyedForm's unkeyed form), which
@@ -139,12 +140,25 @@ func (s *pgStore) sendBatch(b *pgBatch, deadline time.Time) error {
 	// prepares a batch's new statements before it runs any of them, and
 	// preparing an INSERT takes the table's ROW EXCLUSIVE lock, which must
 	// not come first with a lock that conflicts with it (a table lock once
-	// did: two instances deadlocked).
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; " + pgLockCatalog})
+	// did: two instances deadlocked). The connection is the batch's own, so
+	// that COMMIT and the position after it go in one round trip
+	// (pgCommitAt); released with a transaction still open (a failure), the
+	// pool closes it.
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return describePostgres(err)
 	}
-	defer tx.Rollback(ctx) // after a commit, a no-op
+	defer conn.Release()
+	tx, err := conn.Conn().BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; " + pgLockCatalog})
+	if err != nil {
+		return describePostgres(err)
+	}
+	ended := false
+	defer func() {
+		if !ended {
+			tx.Rollback(ctx)
+		}
+	}()
 	if err := tx.SendBatch(ctx, &b.Batch).Close(); err != nil {
 		return describePostgres(err)
 	}
@@ -157,7 +171,9 @@ func (s *pgStore) sendBatch(b *pgBatch, deadline time.Time) error {
 			return describePostgres(err)
 		}
 	}
-	return describePostgres(tx.Commit(ctx))
+	ended = true
+	b.pos, err = pgCommitAt(ctx, conn.Conn())
+	return err
 }
 
 // The creates' statements, without an Idempotency-Key and with one
@@ -187,7 +203,7 @@ func (s *pgStore) CreateCategory(ctx context.Context, c Category, fold string, i
 	cmp := compareName(c.Name)
 	for try := 1; ; try++ {
 		filled := s.names.filled.Load()
-		err := s.group.write(ctx, func(b *pgBatch) error {
+		err := s.writeAt(ctx, func(b *pgBatch) error {
 			pgCreate(b, idem, errConflict, &c.ID, func() Category { return c }, pgInsertCategory, pgInsertCategoryKeyed, c.Name, fold, cmp, c.Description, filled)
 			return nil
 		})
@@ -213,6 +229,11 @@ func (s *pgStore) CreateCategory(ctx context.Context, c Category, fold string, i
 // another one has acknowledged; the requests that ask at once share one
 // query (pgSharedRead).
 func (s *pgStore) CategoriesGen(ctx context.Context) (uint64, error) {
+	if st := readStateOf(ctx); st != nil && s.replica != nil {
+		if gen, ok, err := s.replicaGen(ctx, st); ok { // postgres_replica.go
+			return gen, err
+		}
+	}
 	ctx, cancel := s.op(ctx) // the wait for a round in flight counts too
 	defer cancel()
 	gen, err := s.categoriesGen.read(ctx, func() (uint64, error) {
@@ -317,7 +338,7 @@ func pgScanCategory(row pgx.CollectableRow) (Category, error) {
 }
 
 func (s *pgStore) CreatePet(ctx context.Context, p Pet, idem *idemWrite[Pet]) (Pet, error) {
-	err := s.group.write(ctx, func(b *pgBatch) error {
+	err := s.writeAt(ctx, func(b *pgBatch) error {
 		pgCreate(b, idem, errNoReference, &p.ID, func() Pet { return p }, pgInsertPet, pgInsertPetKeyed, p.Name, p.CategoryID, p.Status)
 		return nil
 	})
@@ -354,7 +375,7 @@ func pgScanPet(row pgx.CollectableRow) (Pet, error) {
 func (s *pgStore) CreateOrder(ctx context.Context, o Order, idem *idemWrite[Order]) (Order, error) {
 	created := s.now().UTC().Truncate(time.Second)
 	o.CreatedAt = created.Format(time.RFC3339)
-	err := s.group.write(ctx, func(b *pgBatch) error {
+	err := s.writeAt(ctx, func(b *pgBatch) error {
 		pgCreate(b, idem, errNoReference, &o.ID, func() Order { return o }, pgInsertOrder, pgInsertOrderKeyed, o.PetID, o.Quantity, o.Status, created)
 		return nil
 	})

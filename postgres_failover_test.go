@@ -776,8 +776,9 @@ func (p *foCommitCut) forward(c net.Conn) {
 			if n > 0 {
 				creating = creating || bytes.Contains(buf[:n], []byte(pgLockCatalog))
 				mode := p.mode.Load()
-				// pgx's COMMIT: a simple Query message.
-				if creating && mode != foForward && bytes.Contains(buf[:n], []byte("Q\x00\x00\x00\x0bcommit\x00")) && p.mode.CompareAndSwap(mode, foForward) {
+				// The batch's COMMIT: a simple Query message, with the
+				// position after it (pgCommitAt).
+				if creating && mode != foForward && bytes.Contains(buf[:n], []byte("Q")) && bytes.Contains(buf[:n], []byte("COMMIT; "+pgPrimaryPos)) && p.mode.CompareAndSwap(mode, foForward) {
 					mute.Store(true)
 					p.once.Do(func() { close(p.held) })
 					if mode == foLoseCommit {

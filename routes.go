@@ -21,15 +21,18 @@ type route struct {
 // marks the routes that need a key, requireWrite those that need a key
 // that may write.
 func apiRoutes(store catalogStore, idem *idempotency, cfg serveConfig) []route {
+	// ra.reads marks a read operation, which a replica may answer, and
+	// ra.writes a create: both carry Petstore-Read-After (read_after.go).
+	ra := newReadAfter(isPostgresURL(cfg.db), maxLineages)
 	return []route{
-		{"GET /v1/categories", requireKey(handleCategoryList(store, cfg.publicURL, cfg.busyTimeout))},
-		{"POST /v1/categories", requireWrite(handleCategoryCreate(store, idem))},
-		{"GET /v1/pets", requireKey(handlePetList(store))},
-		{"POST /v1/pets", requireWrite(handlePetCreate(store, idem))},
-		{"GET /v1/pets/{petId}", sunset(cfg.petsDeprecation(), time.Now, requireKey(handlePetGet(store)))},
-		{"GET /v1/store/orders", requireKey(handleOrderList(store))},
-		{"POST /v1/store/orders", requireWrite(handleOrderCreate(store, idem))},
-		{"GET /v1/store/inventory", requireKey(handleInventory(store))},
+		{"GET /v1/categories", requireKey(ra.reads(handleCategoryList(store, cfg.publicURL, cfg.busyTimeout)))},
+		{"POST /v1/categories", requireWrite(ra.writes(handleCategoryCreate(store, idem)))},
+		{"GET /v1/pets", requireKey(ra.reads(handlePetList(store)))},
+		{"POST /v1/pets", requireWrite(ra.writes(handlePetCreate(store, idem)))},
+		{"GET /v1/pets/{petId}", sunset(cfg.petsDeprecation(), time.Now, requireKey(ra.reads(handlePetGet(store))))},
+		{"GET /v1/store/orders", requireKey(ra.reads(handleOrderList(store)))},
+		{"POST /v1/store/orders", requireWrite(ra.writes(handleOrderCreate(store, idem)))},
+		{"GET /v1/store/inventory", requireKey(ra.reads(handleInventory(store)))},
 		{"GET /v1/openapi.json", handleOpenAPI(cfg.publicURL, cfg.env)},
 	}
 }

@@ -231,6 +231,9 @@ func (s *sqliteStore) Stats() storeStats {
 // Replication has nothing to show: SQLite is one file on one machine.
 func (s *sqliteStore) Replication() replication { return replication{} }
 
+// ReadPosition: SQLite has one process, which reads its own writes.
+func (s *sqliteStore) ReadPosition(context.Context) (uint64, bool, error) { return 0, false, nil }
+
 // sqliteDescribe maps SQLite's transient and storage errors (busy, locked, full
 // disk, read-only file, I/O) to errUnavailable, keeping the cause.
 func sqliteDescribe(err error) error {

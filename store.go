@@ -160,6 +160,9 @@ type idemStore interface {
 	// before, oldest first, and returns how many it deleted; running marks
 	// that lapsed before now go too.
 	PurgeIdempotency(ctx context.Context, before, now time.Time, limit int) (int, error)
+	// A replayed 201 carries the database's position now (positions,
+	// read_after.go).
+	positions
 }
 
 // countStore is the requests counted per key and day.
@@ -227,9 +230,10 @@ type adminStore interface {
 
 // storeStats are counts of a store's work since it was opened.
 type storeStats struct {
-	Batches           int64  // transactions of the group commit
-	Writes            int64  // creates they held
-	CategoryListReads uint64 // whole category lists read
+	Batches           int64        // transactions of the group commit
+	Writes            int64        // creates they held
+	CategoryListReads uint64       // whole category lists read
+	Replica           replicaStats // reads by source, with --db-replica
 }
 
 // replication is PostgreSQL's synchronous replication as the primary
@@ -260,6 +264,11 @@ type storeOptions struct {
 	busy time.Duration
 	// maxConns bounds PostgreSQL's connection pool (0: the default).
 	maxConns int
+	// replica is serve's --db-replica (PostgreSQL; empty: none), with
+	// --replica-wait and --replica-max-lag (read_after.go).
+	replica       string
+	replicaWait   time.Duration
+	replicaMaxLag time.Duration
 }
 
 // storeWrapKey carries a test's wrapper of serve's store (one that counts
