@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -333,10 +334,27 @@ func isPostgresError(err error) bool {
 
 // pgChunks calls fn with every row of query, in ascending id order, reading
 // listChunk rows at a time (inChunks), as sqliteEachChunk does on SQLite: query's
-// last two parameters are the id to start after and the number of rows.
-func pgChunks[T any](ctx context.Context, s *pgStore, what string, scan pgx.RowToFunc[T], idOf func(T) int64, fn func(T) error, query string, args ...any) error {
+// last three parameters are the id to start after, the highest id to read
+// and the number of rows; table is the table it reads.
+//
+// An API operation's answer carries Petstore-Read-After, sent with the
+// first chunk: when more chunks follow, the highest id of table is read
+// then, within the answer's position, and the later chunks stop at it. By
+// catalogStore's rules no row below it becomes visible later, so the list
+// holds no row that the position does not, and a client that sends it to
+// an instance reading a replica sees the same list or a longer one.
+func pgChunks[T any](ctx context.Context, s *pgStore, what, table string, scan pgx.RowToFunc[T], idOf func(T) int64, fn func(T) error, query string, args ...any) error {
+	top := int64(math.MaxInt64)
 	return inChunks(func(after int64) ([]T, error) {
-		return pgRead(ctx, s, what, scan, query, append(args, after, listChunk)...)
+		rows, err := pgRead(ctx, s, what, scan, query, append(args, after, top, listChunk)...)
+		if err == nil && after == 0 && len(rows) == listChunk && readStateOf(ctx) != nil {
+			var tops []int64
+			tops, err = pgRead(ctx, s, what, pgx.RowTo[int64], "SELECT coalesce(max(id), 0) FROM "+table)
+			if err == nil {
+				top = tops[0]
+			}
+		}
+		return rows, err
 	}, idOf, fn)
 }
 

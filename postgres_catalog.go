@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -311,15 +312,15 @@ func (sr *pgSharedRead) run(r *pgReadRound, query func() (uint64, error)) {
 	}
 }
 
-const pgCategoriesAfter = "SELECT id, name, description FROM categories WHERE id > $1 ORDER BY id LIMIT $2"
+const pgCategoriesAfter = "SELECT id, name, description FROM categories WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3"
 
 func (s *pgStore) EachCategory(ctx context.Context, fn func(Category) error) error {
 	s.categoryListReads.Add(1)
-	return pgChunks(ctx, s, "list categories", pgScanCategory, func(c Category) int64 { return c.ID }, fn, pgCategoriesAfter)
+	return pgChunks(ctx, s, "list categories", "categories", pgScanCategory, func(c Category) int64 { return c.ID }, fn, pgCategoriesAfter)
 }
 
 func (s *pgStore) EachCategoryAfter(ctx context.Context, afterID int64, limit int, fn func(Category) error) error {
-	page, err := pgRead(ctx, s, "list categories", pgScanCategory, pgCategoriesAfter, afterID, limit)
+	page, err := pgRead(ctx, s, "list categories", pgScanCategory, pgCategoriesAfter, afterID, int64(math.MaxInt64), limit)
 	if err != nil {
 		return err
 	}
@@ -349,8 +350,8 @@ func (s *pgStore) CreatePet(ctx context.Context, p Pet, idem *idemWrite[Pet]) (P
 }
 
 func (s *pgStore) EachPet(ctx context.Context, f petFilter, fn func(Pet) error) error {
-	return pgChunks(ctx, s, "list pets", pgScanPet, func(p Pet) int64 { return p.ID }, fn, `SELECT id, name, category_id, status FROM pets
-		WHERE ($1::bigint = 0 OR category_id = $1) AND ($2::text = '' OR status = $2) AND id > $3 ORDER BY id LIMIT $4`,
+	return pgChunks(ctx, s, "list pets", "pets", pgScanPet, func(p Pet) int64 { return p.ID }, fn, `SELECT id, name, category_id, status FROM pets
+		WHERE ($1::bigint = 0 OR category_id = $1) AND ($2::text = '' OR status = $2) AND id > $3 AND id <= $4 ORDER BY id LIMIT $5`,
 		f.CategoryID, f.Status)
 }
 
@@ -404,12 +405,12 @@ func (s *pgStore) PetInventory(ctx context.Context) (map[string]int64, error) {
 }
 
 func (s *pgStore) EachOrder(ctx context.Context, fn func(Order) error) error {
-	return pgChunks(ctx, s, "list orders", func(row pgx.CollectableRow) (Order, error) {
+	return pgChunks(ctx, s, "list orders", "orders", func(row pgx.CollectableRow) (Order, error) {
 		var o Order
 		var created time.Time
 		err := row.Scan(&o.ID, &o.PetID, &o.Quantity, &o.Status, &created)
 		o.CreatedAt = created.UTC().Format(time.RFC3339)
 		return o, err
 	}, func(o Order) int64 { return o.ID }, fn,
-		"SELECT id, pet_id, quantity, status, created_at FROM orders WHERE id > $1 ORDER BY id LIMIT $2")
+		"SELECT id, pet_id, quantity, status, created_at FROM orders WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3")
 }
