@@ -272,7 +272,7 @@ func (s *pgStore) replicaFailed(st *readState, err error) {
 func (s *pgStore) readTracked(ctx context.Context, st *readState, what string, collect func(pgx.Rows) error, query string, args ...any) error {
 	if s.fromReplica(ctx, st) {
 		err := s.replica.read(ctx, st, collect, query, args...)
-		if err == nil || errors.Is(err, context.Canceled) {
+		if err == nil || ctx.Err() != nil { // the request's own end (gone, or its busy time) says nothing of the replica
 			return err
 		}
 		s.replicaFailed(st, err)
@@ -357,7 +357,7 @@ func (s *pgStore) replicaGen(ctx context.Context, st *readState) (gen uint64, ok
 		}
 		return rows.Err()
 	}, "SELECT coalesce(max(id), 0) FROM categories")
-	if errors.Is(err, context.Canceled) {
+	if err != nil && ctx.Err() != nil { // the request's own end
 		return 0, true, err
 	}
 	if err != nil {
@@ -376,15 +376,26 @@ func (s *pgStore) writeAt(ctx context.Context, queue func(b *pgBatch) error) err
 		at = b
 		return queue(b)
 	})
-	if err == nil && at != nil && at.pos > 0 {
-		if st := readStateOf(ctx); st != nil {
-			st.wrote(at.pos)
+	if err != nil || at == nil {
+		return err
+	}
+	pos := at.pos // at is the batch's, shared by its creates: read only
+	st := readStateOf(ctx)
+	if pos == 0 && st != nil {
+		// The commit went through but its position did not come back (the
+		// connection broke after COMMIT's answer): any position read after
+		// it covers the write.
+		pos, _, _ = s.ReadPosition(ctx)
+	}
+	if pos > 0 {
+		if st != nil {
+			st.wrote(pos)
 		}
 		if s.replica != nil {
-			s.replica.notePrimary(at.pos)
+			s.replica.notePrimary(pos)
 		}
 	}
-	return err
+	return nil
 }
 
 // pgCommitAt commits conn's transaction and reads the primary's position
