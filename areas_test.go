@@ -44,6 +44,13 @@ func TestPetByIDDeprecation(t *testing.T) {
 				t.Fatalf("status = %d, want %d", r.status, tt.status)
 			}
 			for name, want := range wantHeaders {
+				if tt.status == 405 && name != "X-API-Stability" {
+					// No route takes it: it is in the pets area, but it is
+					// not the deprecated operation (areaHeaders asks the
+					// router, so a DELETE or PATCH route here would not
+					// inherit the GET's deprecation either).
+					want = ""
+				}
 				if got := r.header.Get(name); got != want {
 					t.Errorf("%s = %q, want %q", name, got, want)
 				}
