@@ -257,18 +257,16 @@ func TestGroupCommitNotFoundFailsAlone(t *testing.T) {
 	}
 	t.Run("sqlite", func(t *testing.T) {
 		s := testStore(t, filepath.Join(t.TempDir(), "n.db"), true)
-		change, err := s.w.Prepare("UPDATE categories SET description = 'x' WHERE id = ?")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer change.Close()
 		insert := func(name string) func(tx *sqliteBatchTx) error {
 			return func(tx *sqliteBatchTx) error {
 				_, err := tx.Exec("INSERT INTO categories (name, fold) VALUES (?, ?)", name, name)
 				return err
 			}
 		}
-		missing := func(tx *sqliteBatchTx) error { return sqliteChangeRow(tx, change, 999) }
+		missing := func(tx *sqliteBatchTx) error {
+			return sqliteChangeRow(tx, func(row *sql.Row) error { var id int64; return row.Scan(&id) },
+				"UPDATE categories SET description = 'x' WHERE id = ? RETURNING id", 999)
+		}
 		errs := runBatch(sqliteCommit(s.w), insert("a"), missing, insert("b"))
 		check(t, errs, func() int {
 			var n int

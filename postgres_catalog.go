@@ -51,8 +51,8 @@ func (b *pgBatch) insertID(noRow error, id *int64, query string, args ...any) {
 }
 
 // changeRow queues the write's UPDATE or DELETE, which returns the row it
-// changed (RETURNING), or none: then errNotFound, the write's own outcome
-// (isOwnOutcome), which fails it alone. scan reads the row returned.
+// changed (RETURNING) for scan, or none: then errNotFound, the write's own
+// outcome (isOwnOutcome), which fails it alone (sqliteChangeRow's twin).
 func (b *pgBatch) changeRow(scan func(pgx.Row) error, query string, args ...any) {
 	b.Queue(query, args...).QueryRow(b.own(func(row pgx.Row) error {
 		err := scan(row)

@@ -257,17 +257,14 @@ func sqliteStatementOnly(err error) bool {
 	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_CONSTRAINT
 }
 
-// sqliteChangeRow runs the prepared UPDATE or DELETE stmt in tx, which
-// changes at most one row: none is errNotFound, the write's own outcome,
-// which fails it alone in its batch.
-func sqliteChangeRow(tx *sqliteBatchTx, stmt *sql.Stmt, args ...any) error {
-	res, err := tx.stmt(stmt).Exec(args...)
-	if err != nil {
-		return err
-	}
-	n, err := res.RowsAffected()
-	if err == nil && n == 0 {
-		err = errNotFound
+// sqliteChangeRow runs a write's UPDATE or DELETE in tx, which returns
+// the row it changed (RETURNING) for scan, or none: then errNotFound, the
+// write's own outcome (isOwnOutcome), which fails it alone in its batch.
+// PostgreSQL's twin is pgBatch.changeRow.
+func sqliteChangeRow(tx *sqliteBatchTx, scan func(*sql.Row) error, query string, args ...any) error {
+	err := scan(tx.QueryRow(query, args...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return errNotFound
 	}
 	return err
 }
