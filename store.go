@@ -363,7 +363,14 @@ func conflictNamed(name *string) error {
 // wrapCreate describes a create's error with the store's describe, but
 // for the refusals a handler answers as they are.
 func wrapCreate(what string, err error, describe func(error) error) error {
-	if isRefusal(err) {
+	return wrapWrite(what, err, describe)
+}
+
+// wrapWrite describes a write's error with the store's describe, but for
+// its own outcomes (isOwnOutcome: refused, not found, precondition
+// failed), which a handler answers as they are.
+func wrapWrite(what string, err error, describe func(error) error) error {
+	if err == nil || isOwnOutcome(err) {
 		return err
 	}
 	return fmt.Errorf("%s: %w", what, describe(err))
