@@ -240,7 +240,7 @@ func contractClient(t *testing.T, args []string) *http.Client {
 			env = args[i+1]
 		}
 	}
-	doc, err := openAPIDocument(publicURL, env)
+	doc, err := openAPIDocument(publicURL, env, apiDocOps())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -877,3 +877,7 @@ func createKeyJSON(t *testing.T, db string, args ...string) keyView {
 	}
 	return v
 }
+
+// apiDocOps is the facts of the API's route table as the document takes
+// them, for the tests that make the document themselves.
+func apiDocOps() map[string]docOp { return docOps(apiRoutes(nil, nil, serveConfig{})) }

@@ -50,6 +50,34 @@ func (b *pgBatch) insertID(noRow error, id *int64, query string, args ...any) {
 	})
 }
 
+// changeRow queues the write's UPDATE or DELETE, which returns the row it
+// changed (RETURNING) for scan, or none: then errNotFound, the write's own
+// outcome (isOwnOutcome), which fails it alone (sqliteChangeRow's twin).
+func (b *pgBatch) changeRow(scan func(pgx.Row) error, query string, args ...any) {
+	b.Queue(query, args...).QueryRow(b.own(func(row pgx.Row) error {
+		err := scan(row)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errNotFound
+		}
+		return err
+	}))
+}
+
+// own wraps the answer fn of a statement of the write queuing now: an own
+// outcome that fn returns (isOwnOutcome) fails that write alone, where
+// any error would fail the whole batch.
+func (b *pgBatch) own(fn func(pgx.Row) error) func(pgx.Row) error {
+	i := b.job
+	return func(row pgx.Row) error {
+		err := fn(row)
+		if isOwnOutcome(err) {
+			b.errs[i] = err
+			return nil
+		}
+		return err
+	}
+}
+
 // pgRefusedBy is the refusal noRow, naming the category that holds the name
 // for a conflict. A category's statement that made no row and found no
 // holder (which its snapshot would show) was stopped by a category without

@@ -20,7 +20,10 @@ var (
 	errConflict    = errors.New("conflict")
 	errRevoked     = errors.New("revoked")
 	errNoReference = errors.New("referenced row does not exist")
-	errUnavailable = errors.New("database unavailable")
+	// errPrecondition: a change's If-Match names another version of the
+	// row; nothing was changed.
+	errPrecondition = errors.New("precondition failed")
+	errUnavailable  = errors.New("database unavailable")
 	// errDBAway is errUnavailable for a database that cannot be reached, or
 	// that answers as a standby or as shutting down: an outage or a
 	// failover, which a retry a second later may find over (its 503 says
@@ -37,6 +40,16 @@ var (
 // undone alone, or never made, and the batch's transaction is as it was.
 func isRefusal(err error) bool {
 	return errors.Is(err, errConflict) || errors.Is(err, errNoReference) || errors.Is(err, errIdemExists)
+}
+
+// isOwnOutcome reports whether err is a write's own outcome in the group
+// commit (groupcommit.go), which fails that write alone: refused
+// (isRefusal), not found (errNotFound) or precondition failed
+// (errPrecondition). The write changed nothing, and the batch's
+// transaction is as it was, so its neighbours commit. Any other error is
+// the batch's failure.
+func isOwnOutcome(err error) bool {
+	return isRefusal(err) || errors.Is(err, errNotFound) || errors.Is(err, errPrecondition)
 }
 
 // Store is the database as the rest of petstore sees it: the union of its
@@ -350,7 +363,14 @@ func conflictNamed(name *string) error {
 // wrapCreate describes a create's error with the store's describe, but
 // for the refusals a handler answers as they are.
 func wrapCreate(what string, err error, describe func(error) error) error {
-	if isRefusal(err) {
+	return wrapWrite(what, err, describe)
+}
+
+// wrapWrite describes a write's error with the store's describe, but for
+// its own outcomes (isOwnOutcome: refused, not found, precondition
+// failed), which a handler answers as they are.
+func wrapWrite(what string, err error, describe func(error) error) error {
+	if err == nil || isOwnOutcome(err) {
 		return err
 	}
 	return fmt.Errorf("%s: %w", what, describe(err))
