@@ -49,6 +49,10 @@ type exporter struct {
 // meanwhile, and what it cannot hold is dropped, not waited for.
 const maxRetryTime = 30 * time.Second
 
+// minRetryWait is the least wait before a retry, whatever Retry-After
+// says: a collector that answers "0" is not asked in a loop.
+const minRetryWait = 100 * time.Millisecond
+
 func newExporter(c traceConfig, head otlpHead, log *slog.Logger) *exporter {
 	e := &exporter{
 		url: c.url, headers: c.headerMap, head: head, log: log,
@@ -143,6 +147,7 @@ func (e *exporter) send(ctx context.Context, batch []*span, retry bool) {
 			wait = backoff/2 + rand.N(backoff)
 			backoff = min(2*backoff, 16*time.Second)
 		}
+		wait = max(wait, minRetryWait)
 		if time.Now().Add(wait).After(deadline) {
 			e.giveUp(len(batch), fmt.Errorf("%w (gave up after %d attempts)", err, attempt))
 			return

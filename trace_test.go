@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -136,20 +137,22 @@ func startTraced(t *testing.T, env map[string]string, args ...string) (ts *testS
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, all, envFrom(env), io.Discard, stderr) }()
 	ts = &testServer{db: db, key: kv.Key, stderr: stderr, client: &http.Client{Timeout: 10 * time.Second}}
-	ts.stop = func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve returned %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Errorf("serve did not stop within 15s")
-		}
-	}
 	var once sync.Once
+	ts.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("serve returned %v", err)
+				}
+			case <-time.After(15 * time.Second):
+				t.Errorf("serve did not stop within 15s")
+			}
+		})
+	}
 	t.Cleanup(func() {
-		once.Do(ts.stop)
+		ts.stop()
 		if t.Failed() {
 			t.Logf("server log:\n%s", stderr.String())
 		}
@@ -289,5 +292,127 @@ func waitLog(t *testing.T, ts *testServer, re *regexp.Regexp) []string {
 			t.Fatalf("no log line matches %s within 10s", re)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The sampler's settings are honoured, a flag winning over its variable:
+// parentbased_traceidratio with a ratio of 0 records a request whose
+// caller sampled it, and neither one whose caller did not nor a new trace;
+// the log lines of all three carry their ids.
+func TestTraceSampler(t *testing.T) {
+	col := newTestCollector(t, nil)
+	ts, _ := startTraced(t, map[string]string{
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": col.URL + "/v1/traces",
+		"OTEL_BSP_SCHEDULE_DELAY":            "20",
+		"OTEL_TRACES_SAMPLER":                "always_on",
+		"OTEL_TRACES_SAMPLER_ARG":            "1",
+	}, "--trace-sampler", "parentbased_traceidratio", "--trace-sampler-arg", "0")
+	const unsampled, sampled = "0af7651916cd43dd8448eb211c80319c", "4bf92f3577b34da6a3ce929d0e0e4736"
+	ts.do(t, "GET", "/v1/categories", ts.key, "", "Traceparent", "00-"+unsampled+"-b7ad6b7169203331-00")
+	ts.do(t, "GET", "/v1/pets", ts.key, "")
+	ts.do(t, "GET", "/v1/store/inventory", ts.key, "", "Traceparent", "00-"+sampled+"-b7ad6b7169203331-01")
+	col.waitSpan(t, "of the sampled request", func(sp *tracepb.Span) bool { return hexOf(sp.TraceId) == sampled })
+	for _, sp := range col.spans() {
+		if hexOf(sp.TraceId) != sampled {
+			t.Errorf("span %q of trace %x recorded; the sampler should have left it out", sp.Name, sp.TraceId)
+		}
+	}
+	waitLog(t, ts, regexp.MustCompile(`route="GET /v1/categories" .* trace_id=`+unsampled+` span_id=[0-9a-f]{16} `))
+	waitLog(t, ts, regexp.MustCompile(`route="GET /v1/pets" .* trace_id=[0-9a-f]{32} span_id=[0-9a-f]{16} `))
+}
+
+// With tracing off, an incoming trace is still in the log (its trace id,
+// and the caller's span id), and a request without one has no ids.
+func TestTraceOffLogsIncoming(t *testing.T) {
+	ts, _ := startTraced(t, map[string]string{"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"}, "--log-format", "json")
+	const trace, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	ts.do(t, "GET", "/v1/categories", ts.key, "", "Traceparent", "00-"+trace+"-"+parent+"-01")
+	ts.do(t, "GET", "/v1/pets", ts.key, "", "Traceparent", "00-"+trace+"-0000000000000000-01") // a zero parent: no trace
+	waitLog(t, ts, regexp.MustCompile(`"route":"GET /v1/categories",.*"trace_id":"`+trace+`","span_id":"`+parent+`"`))
+	pets := waitLog(t, ts, regexp.MustCompile(`"route":"GET /v1/pets".*\n`))
+	if strings.Contains(pets[0], "trace_id") {
+		t.Errorf("a request with an invalid traceparent has ids in its log line: %s", pets[0])
+	}
+	if strings.Contains(ts.stderr.String(), "otlp_endpoint") {
+		t.Errorf("OTEL_SDK_DISABLED=true, yet serve says it exports")
+	}
+}
+
+// A collector that answers 503, or does not answer, costs the requests
+// nothing: each is answered while the exporter waits, and the spans the
+// full queue cannot take are counted in petstore_traces_dropped_total. A
+// 503 is retried, after its Retry-After.
+func TestTraceCollectorDown(t *testing.T) {
+	for _, mode := range []string{"503", "hang"} {
+		t.Run(mode, func(t *testing.T) {
+			release := make(chan struct{})
+			var once sync.Once
+			free := func() { once.Do(func() { close(release) }) }
+			col := newTestCollector(t, func(n int, w http.ResponseWriter) int {
+				if mode == "hang" {
+					<-release
+					return http.StatusServiceUnavailable
+				}
+				w.Header().Set("Retry-After", "0")
+				return http.StatusServiceUnavailable
+			})
+			ts, _ := startTraced(t, map[string]string{
+				"OTEL_EXPORTER_OTLP_ENDPOINT":    col.URL,
+				"OTEL_BSP_SCHEDULE_DELAY":        "1",
+				"OTEL_BSP_MAX_QUEUE_SIZE":        "2",
+				"OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "1",
+				"OTEL_EXPORTER_OTLP_TIMEOUT":     "60000",
+			})
+			t.Cleanup(free) // before the collector closes: it waits for its handlers
+			for i := range 40 {
+				r, err := ts.send("GET", "/v1/categories", ts.key, "")
+				if err != nil || r.status != http.StatusOK {
+					t.Fatalf("request %d: %v, status %d", i, err, r.status)
+				}
+			}
+			for deadline := time.Now().Add(10 * time.Second); ; {
+				dropped := regexp.MustCompile(`(?m)^petstore_traces_dropped_total (\d+)$`).FindString(ts.get(t, ts.admin+"/metrics"))
+				col.mu.Lock()
+				tries := col.requests
+				col.mu.Unlock()
+				if dropped != "" && dropped != "petstore_traces_dropped_total 0" && (mode == "hang" || tries >= 2) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("metrics: %q, the collector asked %d times; want spans dropped, and a 503 retried", dropped, tries)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			free()
+			ts.stop() // the last spans' attempt, bounded: serve stops
+		})
+	}
+}
+
+// A protocol other than http/protobuf, and other mistakes, stop serve at
+// its start with a usage error that names what is wrong, never a header's
+// value.
+func TestTraceConfigErrors(t *testing.T) {
+	db := testDB(t)
+	for _, c := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, nil, `OTEL_EXPORTER_OTLP_PROTOCOL is "grpc": petstore exports traces over http/protobuf only`},
+		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, []string{"--otlp-endpoint", "http://127.0.0.1:4318/v1/traces"}, `http/protobuf only`},
+		{nil, []string{"--otlp-endpoint", "http://127.0.0.1:4318/v1/traces", "--otlp-protocol", "grpc"}, `--otlp-protocol is "grpc"`},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "127.0.0.1:4318"}, nil, "OTEL_EXPORTER_OTLP_ENDPOINT must be an http or https URL"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:4318", "OTEL_TRACES_SAMPLER": "jaeger_remote"}, nil, "OTEL_TRACES_SAMPLER must be always_on"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:4318", "OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "2"}, nil, "OTEL_TRACES_SAMPLER_ARG must be a ratio from 0 to 1"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x:4318", "OTEL_EXPORTER_OTLP_HEADERS": "Authorization=Bearer%20s3cret,broken"}, nil, "OTEL_EXPORTER_OTLP_HEADERS must be a list of key=value"},
+	} {
+		_, stderr, err := runCLI(t, c.env, append([]string{"serve", "--db", db, "--addr", "127.0.0.1:0", "--admin-addr", ""}, c.args...)...)
+		if err == nil || !strings.Contains(err.Error(), c.want) || exitCode(err, io.Discard) != 2 {
+			t.Errorf("%v %v: err = %v (exit %d), want a usage error with %q", c.env, c.args, err, exitCode(err, io.Discard), c.want)
+		}
+		if err != nil && strings.Contains(err.Error()+stderr, "s3cret") {
+			t.Errorf("the error shows a header's value: %v", err)
+		}
 	}
 }
