@@ -239,7 +239,9 @@ func TestTraceSpans(t *testing.T) {
 	if os.Getenv(postgresEnv) != "" {
 		system = "postgresql"
 	}
-	db := col.waitSpan(t, "of the INSERT", func(sp *tracepb.Span) bool { return bytes.Equal(sp.ParentSpanId, server.SpanId) && sp.Name == "INSERT categories" })
+	db := col.waitSpan(t, "of the INSERT", func(sp *tracepb.Span) bool {
+		return bytes.Equal(sp.ParentSpanId, server.SpanId) && sp.Name == "INSERT categories"
+	})
 	dkv := attrsOf(db.Attributes)
 	if dkv["db.system.name"] != system || dkv["db.operation.name"] != "INSERT" || dkv["petstore.db.server"] != "primary" || db.Kind != tracepb.Span_SPAN_KIND_CLIENT {
 		t.Errorf("database span: %v, kind %v", dkv, db.Kind)
@@ -278,7 +280,6 @@ func TestTraceSpans(t *testing.T) {
 		t.Errorf("the create's log line has %q, want trace_id=%s span_id=%x", line, trace, server.SpanId)
 	}
 }
-
 
 // waitLog waits up to 10 s for ts's log to match re (the log is written
 // every 100 ms), and returns the match.
