@@ -12,9 +12,11 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -51,17 +53,17 @@ type span struct {
 	start   int64 // Unix nanoseconds
 	end     int64
 	attrs   []attr
-	inline  [10]attr
+	inline  [8]attr // room for a server span's attributes: one allocation a span
 }
 
-// attr is one attribute: a string, an int, a bool or a double (kind).
+// attr is one attribute: a string, an int, a bool (i is 0 or 1) or a
+// double (i holds its bits), as kind says.
 type attr struct {
 	_    [0]func() // not comparable: no equality function in the binary
 	key  string
-	kind uint8
 	s    string
 	i    int64
-	f    float64
+	kind uint8
 }
 
 const (
@@ -93,7 +95,9 @@ func (sp *span) setBool(k string, v bool) {
 	}
 	sp.add(attr{key: k, kind: attrBool, i: b})
 }
-func (sp *span) setDouble(k string, v float64) { sp.add(attr{key: k, kind: attrDouble, f: v}) }
+func (sp *span) setDouble(k string, v float64) {
+	sp.add(attr{key: k, kind: attrDouble, i: int64(math.Float64bits(v))})
+}
 
 // replace sets string attribute k to v, in place when it is there.
 func (sp *span) replace(k, v string) {
@@ -341,7 +345,7 @@ func endServer(sp *span, r *http.Request, st *reqState) {
 		sp.setString("server.address", clipField(host))
 	}
 	if port != "" {
-		if n, err := net.LookupPort("tcp", port); err == nil {
+		if n, err := strconv.ParseUint(port, 10, 16); err == nil {
 			sp.setInt("server.port", int64(n))
 		}
 	}

@@ -41,6 +41,7 @@ type exporter struct {
 	exported atomic.Uint64 // spans the collector took
 	warned   time.Time     // the exporting goroutine's last warning: one a minute
 
+	raw []byte // the last request's protobuf, its room reused
 	buf bytes.Buffer
 	zw  *gzip.Writer
 }
@@ -175,10 +176,10 @@ func (e *exporter) giveUp(n int, err error) {
 // encode returns batch as a gzipped ExportTraceServiceRequest; the bytes
 // are e's until the next call.
 func (e *exporter) encode(batch []*span) []byte {
-	raw := e.head.encodeSpans(nil, batch)
+	e.raw = e.head.encodeSpans(e.raw[:0], batch)
 	e.buf.Reset()
 	e.zw.Reset(&e.buf)
-	e.zw.Write(raw)
+	e.zw.Write(e.raw)
 	e.zw.Close()
 	return e.buf.Bytes()
 }

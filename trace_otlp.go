@@ -7,10 +7,7 @@
 
 package main
 
-import (
-	"encoding/binary"
-	"math"
-)
+import "encoding/binary"
 
 // Protobuf wire types.
 const (
@@ -99,7 +96,7 @@ func (p *pbuf) keyValue(field int, a attr) {
 		p.tag(3, wireVarint)
 		p.varint(uint64(a.i))
 	case attrDouble:
-		p.fixed64(4, math.Float64bits(a.f))
+		p.fixed64(4, uint64(a.i))
 	}
 	p.end(v)
 	p.end(kv)

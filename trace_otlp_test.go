@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -70,7 +71,7 @@ func TestOTLPEncodeDecodes(t *testing.T) {
 			t.Errorf("span %d decoded as %v", i, g)
 		}
 		kv := attrsOf(g.Attributes)
-		if kv["str"] != sp.attrs[0].s || kv["int"] != sp.attrs[1].i || kv["bool"] != (sp.attrs[2].i == 1) || kv["double"] != sp.attrs[3].f || kv["empty"] != "" {
+		if kv["str"] != sp.attrs[0].s || kv["int"] != sp.attrs[1].i || kv["bool"] != (sp.attrs[2].i == 1) || kv["double"] != math.Float64frombits(uint64(sp.attrs[3].i)) || kv["empty"] != "" {
 			t.Errorf("span %d's attributes decoded as %v", i, kv)
 		}
 	}
