@@ -52,13 +52,17 @@ func (s redisSpan) end(lim rateLimiter, d decision) {
 }
 
 // acmeSpan starts the root span of an attempt at a certificate for name
-// from the ACME CA: its own trace, for no request waits on it. nil with
-// tracing off.
+// from the ACME CA: its own trace, for no request waits on it, sampled as
+// any new trace is. nil with tracing off or when the sampler leaves it out.
 func (tr *tracer) acmeSpan(name string) *span {
 	if tr == nil {
 		return nil
 	}
-	sp := &span{tr: tr, trace: newTraceID(), id: newSpanID(), sampled: true, name: "acme certificate",
+	id := newTraceID()
+	if !tr.sampler.sample(id, false, false) {
+		return nil
+	}
+	sp := &span{tr: tr, trace: id, id: newSpanID(), sampled: true, name: "acme certificate",
 		kind: spanInternal, start: time.Now().UnixNano()}
 	sp.setString("petstore.acme.domain", name)
 	return sp
