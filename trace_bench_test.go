@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"io"
 	"net/http/httptest"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -13,7 +13,6 @@ import (
 // (its span made, filled and queued; a goroutine takes the queue and drops
 // it). BenchmarkOTLPExportSpan is the export's share, per span.
 func BenchmarkHandlerListCategoriesTraced(b *testing.B) {
-	_, key, store := benchServer(b)
 	tr := &tracer{sampler: sampler{bound: 1 << 63}, exp: &exporter{queue: make(chan *span, 2048)}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -26,15 +25,9 @@ func BenchmarkHandlerListCategoriesTraced(b *testing.B) {
 			}
 		}
 	}()
-	lim := newLimiter(limiterConfig{Now: time.Now})
-	keys := newKeyring(store, "production", time.Now, nil)
-	if err := keys.refresh(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	cfg := serveConfig{env: "production", publicURL: "http://localhost:8080/v1", busyTimeout: defaultBusyTimeout,
-		petsDeprecatedAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), petsSunsetAt: time.Date(2027, 7, 1, 0, 0, 0, 0, time.UTC)}
-	h := newServer(newLogger("text", 0, io.Discard), newRequestLog("text", 0, &logWriter{w: io.Discard}), traceCatalog(store, tr, false),
-		newReadiness(store, time.Now), newIdempotency(store, defaultIdemTTL, time.Now), keys, lim, newServerMetrics(lim, store), cfg, nil, tr)
+	store := testStore(b, filepath.Join(b.TempDir(), "bench.db"), true)
+	b.Cleanup(func() { store.Close() })
+	h, key := benchHandlerTraced(b, store, tr)
 	req := httptest.NewRequest("GET", "/v1/categories", nil)
 	req.Header.Set("Authorization", "Bearer "+key)
 	b.ReportAllocs()

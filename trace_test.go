@@ -132,31 +132,8 @@ func startTraced(t *testing.T, env map[string]string, args ...string) (ts *testS
 	kv := createKeyJSON(t, db, "--plan", "business", "--name", "test")
 	all := append([]string{"serve", "--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--db", db}, testRedisArgs(t, db)...)
 	all = append(all, args...)
-	ctx, cancel := context.WithCancel(context.Background())
-	stderr := &syncBuffer{}
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, all, envFrom(env), io.Discard, stderr) }()
-	ts = &testServer{db: db, key: kv.Key, stderr: stderr, client: &http.Client{Timeout: 10 * time.Second}}
-	var once sync.Once
-	ts.stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("serve returned %v", err)
-				}
-			case <-time.After(15 * time.Second):
-				t.Errorf("serve did not stop within 15s")
-			}
-		})
-	}
-	t.Cleanup(func() {
-		ts.stop()
-		if t.Failed() {
-			t.Logf("server log:\n%s", stderr.String())
-		}
-	})
+	stderr, done, stop := serveInBackgroundEnv(t, context.Background(), all, env)
+	ts = &testServer{db: db, key: kv.Key, stderr: stderr, stop: stop, client: &http.Client{Timeout: 10 * time.Second}}
 	deadline := time.Now().Add(10 * time.Second)
 	for ts.base == "" {
 		if addr := logAddr(listeningRE, stderr.String()); addr != "" {
