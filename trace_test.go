@@ -33,6 +33,7 @@ type testCollector struct {
 	res      []*tracepb.ResourceSpans
 	answer   func(n int, w http.ResponseWriter) int
 	problems []string
+	token    string // the last request's X-Token header
 }
 
 func newTestCollector(t *testing.T, answer func(n int, w http.ResponseWriter) int) *testCollector {
@@ -41,6 +42,7 @@ func newTestCollector(t *testing.T, answer func(n int, w http.ResponseWriter) in
 		c.mu.Lock()
 		c.requests++
 		n := c.requests
+		c.token = r.Header.Get("X-Token")
 		c.mu.Unlock()
 		if c.answer != nil {
 			if status := c.answer(n, w); status != 0 {
@@ -182,6 +184,7 @@ func TestTraceSpans(t *testing.T) {
 		"OTEL_BSP_SCHEDULE_DELAY":     "20",
 		"OTEL_SERVICE_NAME":           "petstore-test",
 		"OTEL_RESOURCE_ATTRIBUTES":    "deployment.environment.name=test%20a,service.name=ignored",
+		"OTEL_EXPORTER_OTLP_HEADERS":  "X-Token=s3cret%20t,X-Other=1",
 	})
 	const trace, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	r := ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"Dogs"}`,
@@ -245,6 +248,12 @@ func TestTraceSpans(t *testing.T) {
 	col.mu.Unlock()
 	if res["service.name"] != "petstore-test" || res["deployment.environment.name"] != "test a" {
 		t.Errorf("resource = %v", res)
+	}
+	col.mu.Lock()
+	token := col.token
+	col.mu.Unlock()
+	if token != "s3cret t" || strings.Contains(ts.stderr.String(), "s3cret") {
+		t.Errorf("the collector got X-Token %q, want the one of OTEL_EXPORTER_OTLP_HEADERS; it must never be logged", token)
 	}
 	hash := hashKey(ts.key)
 	for _, secret := range [][]byte{[]byte(ts.key), []byte(ts.key[len(ts.key)-12:]), hash[:], []byte(hex.EncodeToString(hash[:]))} {
