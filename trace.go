@@ -38,7 +38,7 @@ const (
 // span is one span. A span with no tracer records nothing: it holds the
 // ids alone, for the log (an incoming trace with tracing off, or a request
 // the sampler left out). A span belongs to the goroutine that started it
-// until end hands it to the exporter.
+// until finish hands it to the exporter.
 type span struct {
 	tr      *tracer // nil: not recorded
 	trace   traceID
@@ -158,7 +158,7 @@ func (s sampler) sample(id traceID, hasParent, parentSampled bool) bool {
 	return binary.BigEndian.Uint64(id[8:])>>1 < s.bound
 }
 
-// newIDs returns a random trace id and span id, never zero.
+// newTraceID and newSpanID return random ids, never zero.
 func newTraceID() (t traceID) {
 	for t == (traceID{}) {
 		binary.BigEndian.PutUint64(t[:8], rand.Uint64())
