@@ -163,3 +163,41 @@ func TestTraceLogHandler(t *testing.T) {
 		t.Errorf("log:\n%s\nwant the first line to end %q, the second without ids", buf.String(), want)
 	}
 }
+
+// A call to the ACME CA makes a client span under its attempt's root span,
+// with the method, the host and the status, and nothing of the URL's path.
+func TestTraceCA(t *testing.T) {
+	ca := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
+	defer ca.Close()
+	tr := &tracer{sampler: sampler{bound: 1 << 63}, exp: &exporter{queue: make(chan *span, 4)}}
+	root := tr.acmeSpan("api.example.com")
+	client := &http.Client{Transport: traceCA(root, http.DefaultTransport)}
+	resp, err := client.Post(ca.URL+"/acme/new-order/secret-looking-id", "application/jose+json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	root.finish()
+	call, got := <-tr.exp.queue, <-tr.exp.queue
+	if call.parent != root.id || call.trace != root.trace || call.kind != spanClient || got != root || root.parent != (spanID{}) {
+		t.Fatalf("the CA call's span is not the child of its attempt's root span")
+	}
+	var p pbuf
+	p.span(1, call)
+	if bytes.Contains(p.b, []byte("secret-looking-id")) || bytes.Contains(p.b, []byte("new-order")) {
+		t.Errorf("the CA call's span holds the URL's path")
+	}
+	want := map[string]attr{"http.request.method": {s: "POST"}, "server.address": {s: "127.0.0.1"}, "http.response.status_code": {i: 201}}
+	for _, a := range call.attrs {
+		if w, ok := want[a.key]; ok && (w.s != a.s || w.i != a.i) {
+			t.Errorf("%s = %q %d", a.key, a.s, a.i)
+		}
+		delete(want, a.key)
+	}
+	if len(want) > 0 {
+		t.Errorf("attributes missing: %v", want)
+	}
+	if (&tracer{sampler: sampler{}}).acmeSpan("x") != nil || (*tracer)(nil).acmeSpan("x") != nil || traceCA(nil, http.DefaultTransport) != http.DefaultTransport {
+		t.Errorf("an attempt the sampler leaves out, or with tracing off, makes a span")
+	}
+}
