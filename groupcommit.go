@@ -57,6 +57,7 @@ func newGroupCommitter[T any](commit func(batch []*writeJob[T])) *groupCommitter
 // is committed (and fn's work durable) or has failed.
 func (g *groupCommitter[T]) write(ctx context.Context, fn func(tx T) error) error {
 	job := &writeJob[T]{ctx: ctx, run: fn, done: make(chan error, 1), start: time.Now()}
+	defer traceGroupCommit(ctx, job.start)
 	select {
 	case g.jobs <- job:
 	case <-g.stop:

@@ -254,6 +254,7 @@ var families = map[string]family{
 	"petstore_redis_calls_total":                        {help: "Rate-limit script calls to Redis, answered or not."},
 	"petstore_redis_failures_total":                     {help: "Rate-limit script calls to Redis that failed or took longer than --redis-timeout."},
 	"petstore_log_bytes_dropped_total":                  {help: "Log bytes dropped because writing to stderr kept failing."},
+	"petstore_traces_dropped_total":                     {help: "Spans never sent to the OTLP collector: the export queue was full, or their batch failed for good."},
 	"petstore_tls_certificate_expiry_timestamp_seconds": {help: "When each served certificate expires (its NotAfter), in seconds since the Unix epoch, by name."},
 	"petstore_tls_handshake_errors_total":               {help: "TLS handshakes on the API listener that failed (plain HTTP, a bad or truncated ClientHello, a client refusing the certificate)."},
 	"petstore_acme_failures_total":                      {help: "Attempts to obtain or renew a certificate from the ACME CA that failed."},

@@ -230,6 +230,7 @@ func logRequests(log *requestLog, m *serverMetrics) func(http.Handler) http.Hand
 					bytes:     sent,
 					key:       keyID,
 					requestID: clipField(w.Header().Get("X-Request-Id")),
+					trace:     st.trace,
 					remote:    r.RemoteAddr,
 					err:       st.err,
 					budgeted:  !st.served,
@@ -253,7 +254,7 @@ func recoverPanics(logger *slog.Logger) func(http.Handler) http.Handler {
 				if p == http.ErrAbortHandler {
 					panic(p)
 				}
-				logger.Error("panic", "panic", p, "request_id", w.Header().Get("X-Request-Id"), "stack", string(debug.Stack()))
+				logger.ErrorContext(r.Context(), "panic", "panic", p, "request_id", w.Header().Get("X-Request-Id"), "stack", string(debug.Stack()))
 				if rec := recorderOf(w); rec != nil && rec.status != 0 {
 					// The status went out, perhaps part of the body: abort the
 					// connection, so that the client sees the answer cut off

@@ -100,7 +100,7 @@ func apiRoutes(store catalogStore, idem *idempotency, cfg serveConfig) []route {
 
 // newServer returns the whole API: the routes behind the middleware.
 // certs is nil without HTTPS.
-func newServer(logger *slog.Logger, reqLog *requestLog, store catalogStore, ready *readiness, idem *idempotency, keys *keyring, lim rateLimiter, m *serverMetrics, cfg serveConfig, certs certSource) http.Handler {
+func newServer(logger *slog.Logger, reqLog *requestLog, store catalogStore, ready *readiness, idem *idempotency, keys *keyring, lim rateLimiter, m *serverMetrics, cfg serveConfig, certs certSource, tr *tracer) http.Handler {
 	api := apiRoutes(store, idem, cfg)
 	ra := newReadAfter(isPostgresURL(cfg.db), maxLineages)
 	for i := range api {
@@ -114,6 +114,7 @@ func newServer(logger *slog.Logger, reqLog *requestLog, store catalogStore, read
 	return chain(rt,
 		withRequestID,                          // runs first: every answer has an id, and nosniff
 		logRequests(reqLog, m),                 // one log line (unkeyed answers on a budget) and the metrics of each request
+		traceRequests(tr),                      // its trace: the ids for the log, its span when tracing is on
 		recoverPanics(logger),                  // a panic is a 500, or a cut connection
 		withCORS(cfg.cors, api),                // answers preflights of the API's methods: before the key and the limiter
 		areaHeaders(cfg.petsDeprecation(), rt), // before the limiter: a 429 carries them too
