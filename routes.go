@@ -43,7 +43,7 @@ func newServer(logger *slog.Logger, reqLog *requestLog, store catalogStore, read
 	api := apiRoutes(store, idem, cfg)
 	routes := append(api,
 		route{"GET /healthz", handleHealth(cfg.env)},
-		route{"GET /readyz", handleReady(ready, lim, certs)})
+		route{"GET /readyz", handleReady(ready, lim, certs, false)})
 	routes = append(routes, docsRoutes()...)
 	rt := newRouter(routes)
 	return chain(rt,
@@ -63,7 +63,7 @@ func newAdminServer(ready *readiness, lim rateLimiter, m *serverMetrics, cfg ser
 	return chain(newRouter([]route{
 		{"GET /metrics", handleMetrics(m)},
 		{"GET /healthz", handleHealth(cfg.env)},
-		{"GET /readyz", handleReady(ready, lim, certs)},
+		{"GET /readyz", handleReady(ready, lim, certs, true)},
 	}), withRequestID) // every answer has an id, and nosniff
 }
 
