@@ -51,6 +51,7 @@ type pgStore struct {
 
 	written pgWriteMemory // the last acknowledged creates (postgres_lostwrites.go)
 	server  *pgServerSeen // the server the pool's new connections reach
+	checked atomic.Int64  // checks of written that ended (for the tests)
 
 	group             *groupCommitter[*pgBatch]
 	categoriesGen     pgSharedRead

@@ -41,8 +41,9 @@ var pgReadWritten = [pgTableCount]string{
 }
 
 // pgRowPrint is how a row's written columns compare: each rendered by
-// fmt, a NULL or nil pointer as "<nil>", a time as RFC 3339 in UTC (as an
-// order's createdAt is).
+// fmt (a NULL or nil pointer as "<nil>", a time as RFC 3339 in UTC, as an
+// order's createdAt is) after its length, so that no two lists of values
+// read the same.
 func pgRowPrint(values ...any) string {
 	var b strings.Builder
 	for _, v := range values {
@@ -56,7 +57,8 @@ func pgRowPrint(values ...any) string {
 		case time.Time:
 			v = x.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(&b, "%v\x00", v)
+		f := fmt.Sprint(v)
+		fmt.Fprintf(&b, "%d:%s;", len(f), f)
 	}
 	return b.String()
 }
@@ -304,7 +306,10 @@ func (s *pgStore) watchPrimary() {
 			s.written.reconnected()
 		}
 		s.readReplication(context.Background())
-		if err := s.checkWrites(context.Background(), all); err != nil && !errors.Is(err, errUnavailable) {
+		err := s.checkWrites(context.Background(), all)
+		if err == nil {
+			s.checked.Add(1)
+		} else if !errors.Is(err, errUnavailable) {
 			s.log.Warn("check of the last acknowledged writes", "err", err)
 		}
 	}
