@@ -159,6 +159,7 @@ func openPostgres(ctx context.Context, db string, o storeOptions) (*pgStore, err
 	reset := cfg.ConnConfig.Tracer.(*pgConnReset)
 	reset.pool.Store(pool)
 	reset.locks.Store(s.idemLocks)
+	reset.seen.Store(server)
 	s.group = newGroupCommitter(s.commitBatch)
 	if o.migrate {
 		if err := s.fillNameCmp(ctx); err != nil {

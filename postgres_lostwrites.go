@@ -217,13 +217,15 @@ func (m *pgWriteMemory) losses() ([]lostWrite, [pgTableCount]uint64) {
 
 // pgServerSeen follows the server behind the pool's new connections: a
 // connection to another server than the last one's (a promoted standby, a
-// restarted or restored primary: pg_postmaster_start_time differs) is a
-// reconnection, which wakes the store's watch.
+// restarted or restored primary: pg_postmaster_start_time differs), or the
+// first one after pgConnReset dropped them all, is a reconnection, which
+// wakes the store's watch.
 type pgServerSeen struct {
 	mu      sync.Mutex
 	started time.Time // the last server's start; zero: none yet
+	dropped atomic.Bool
 	wake    chan struct{}
-	changes atomic.Int64
+	changes atomic.Int64 // reconnections seen
 }
 
 func newPgServerSeen() *pgServerSeen { return &pgServerSeen{wake: make(chan struct{}, 1)} }
@@ -236,7 +238,7 @@ func (s *pgServerSeen) afterConnect(ctx context.Context, conn *pgx.Conn) error {
 		return err
 	}
 	s.mu.Lock()
-	changed := !s.started.IsZero() && !s.started.Equal(started)
+	changed := !s.started.IsZero() && (!s.started.Equal(started) || s.dropped.Swap(false))
 	s.started = started
 	s.mu.Unlock()
 	if changed {
