@@ -156,7 +156,7 @@ func (m *pgWriteMemory) due(all bool) []pgRemembered {
 	var rows []pgRemembered
 	for t := range pgTableCount {
 		for _, r := range []pgRemembered{m.pending[t], m.last[t]} {
-			if r.id != 0 && r.changing == 0 && (all || r == m.pending[t]) && !containsRow(rows, r) {
+			if r.id != 0 && r.changing == 0 && (all || r == m.pending[t]) && !pgContainsRow(rows, r) {
 				rows = append(rows, r)
 			}
 		}
@@ -164,7 +164,7 @@ func (m *pgWriteMemory) due(all bool) []pgRemembered {
 	return rows
 }
 
-func containsRow(rows []pgRemembered, r pgRemembered) bool {
+func pgContainsRow(rows []pgRemembered, r pgRemembered) bool {
 	for _, x := range rows {
 		if x.table == r.table && x.id == r.id {
 			return true
