@@ -186,7 +186,8 @@ func TestPostgresLostWritesNoticed(t *testing.T) {
 		deadline := time.Now().Add(20 * time.Second)
 		for st.server.changes.Load() <= changes || st.checked.Load() <= checked || !done() {
 			if time.Now().After(deadline) {
-				t.Fatalf("%d reconnections seen, %d checks made within 20s, want more than %d and %d", st.server.changes.Load(), st.checked.Load(), changes, checked)
+				lost, _ := st.written.losses()
+				t.Fatalf("within 20s: %d reconnections seen, %d checks made (want more than %d and %d), losses %+v", st.server.changes.Load(), st.checked.Load(), changes, checked, lost)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
