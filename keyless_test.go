@@ -271,6 +271,54 @@ func TestReadyzAnswersFromAFreshState(t *testing.T) {
 	}
 }
 
+// slowStore is a healthStore whose Ready waits until release is closed.
+type slowStore struct{ release chan struct{} }
+
+func (s slowStore) Ready(ctx context.Context) error {
+	select {
+	case <-s.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+func (slowStore) Stats() storeStats        { return storeStats{} }
+func (slowStore) Replication() replication { return replication{} }
+
+// TestReadyzDoesNotWaitForTheDatabase: on any store, a ping that does not
+// come back keeps no /readyz waiting longer than readyWait: it answers
+// from the state kept (the store's opening: ready), then, once the ping
+// has gone unanswered for a second, not ready; ready again when it comes.
+func TestReadyzDoesNotWaitForTheDatabase(t *testing.T) {
+	t.Parallel()
+	st := slowStore{release: make(chan struct{})}
+	rd := newReadiness(st, time.Now)
+	check := func() (time.Duration, error) {
+		start := time.Now()
+		err := rd.check(context.Background())
+		return time.Since(start), err
+	}
+	if took, err := check(); err != nil || took > time.Second {
+		t.Errorf("the first /readyz, the ping unanswered: %v after %v, want ready within readyWait", err, took)
+	}
+	time.Sleep(keylessFor)
+	if took, err := check(); !errors.Is(err, errNotAnswering) || took > time.Second {
+		t.Errorf("/readyz a second into an unanswered ping: %v after %v, want errNotAnswering within readyWait", err, took)
+	}
+	close(st.release)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := check()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still %v 5s after the ping came back", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestReadyzFrozenPrimary: with PostgreSQL behind a proxy that stops
 // forwarding (a frozen primary: no answer, no reset), /readyz answers
 // from the state kept, on both listeners, within readyWait and the
