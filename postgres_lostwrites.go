@@ -63,15 +63,22 @@ func pgRowPrint(values ...any) string {
 	return b.String()
 }
 
-// pgRemembered is a remembered row: its id (0: none), what it holds, and
-// a number that changes whenever the memory of it does, so that a check
-// that read the row before a change does not judge the changed one.
+// pgRemembered is a remembered row: its id (0: none), what it holds (the
+// values as written: rendered only when a check compares them, not on
+// the create's path), and a number that changes whenever the memory of it
+// does, so that a check that read the row before a change does not judge
+// the changed one.
 type pgRemembered struct {
 	table    pgTable
 	id       int64
-	print    string
+	values   []any
 	version  uint64
 	changing int // changes under way (changing), which no check judges
+}
+
+// is reports whether r and x are the same memory of the same row.
+func (r pgRemembered) is(x pgRemembered) bool {
+	return r.id == x.id && r.table == x.table && r.version == x.version
 }
 
 // pgWriteMemory is the memory of one instance's acknowledged creates: per
@@ -98,7 +105,7 @@ func (m *pgWriteMemory) created(t pgTable, id int64, values ...any) {
 		return
 	}
 	m.version++
-	m.last[t] = pgRemembered{table: t, id: id, print: pgRowPrint(values...), version: m.version}
+	m.last[t] = pgRemembered{table: t, id: id, values: values, version: m.version}
 }
 
 // changing tells the memory that row id of table t is being changed or
@@ -128,7 +135,7 @@ func (m *pgWriteMemory) changing(t pgTable, id int64) (done func(values ...any))
 				if len(values) == 0 {
 					*r = pgRemembered{}
 				} else {
-					r.print = pgRowPrint(values...)
+					r.values = values
 				}
 			}
 		})
@@ -156,7 +163,7 @@ func (m *pgWriteMemory) due(all bool) []pgRemembered {
 	var rows []pgRemembered
 	for t := range pgTableCount {
 		for _, r := range []pgRemembered{m.pending[t], m.last[t]} {
-			if r.id != 0 && r.changing == 0 && (all || r == m.pending[t]) && !pgContainsRow(rows, r) {
+			if r.id != 0 && r.changing == 0 && (all || r.is(m.pending[t])) && !pgContainsRow(rows, r) {
 				rows = append(rows, r)
 			}
 		}
@@ -173,7 +180,8 @@ func pgContainsRow(rows []pgRemembered, r pgRemembered) bool {
 	return false
 }
 
-// judge takes the check's reading of row r: found, holding print. It
+// judge takes the check's reading of row r: found, holding print
+// (pgRowPrint of the columns read). It
 // reports whether that is a loss not seen before: the row missing, or
 // another one in its place, and the memory of it unchanged since due. A
 // row judged, either way, is not checked again (a loss is forgotten;
@@ -181,11 +189,11 @@ func pgContainsRow(rows []pgRemembered, r pgRemembered) bool {
 func (m *pgWriteMemory) judge(r pgRemembered, found bool, print string) (lost bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	same := func(x pgRemembered) bool { return x.id == r.id && x.version == r.version && x.changing == 0 }
+	same := func(x pgRemembered) bool { return x.is(r) && x.changing == 0 }
 	if !same(m.pending[r.table]) && !same(m.last[r.table]) {
 		return false // changed since: judged with its new content next time
 	}
-	if found && print == r.print {
+	if found && print == pgRowPrint(r.values...) {
 		if same(m.pending[r.table]) {
 			m.pending[r.table] = pgRemembered{}
 		}
