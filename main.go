@@ -100,7 +100,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	}
 	defer release() // registered before the store's close: runs after it
 	store, err := openStore(ctx, cfg.db, storeOptions{migrate: true, now: time.Now, busy: cfg.busyTimeout, maxConns: cfg.dbMaxConns,
-		replica: cfg.dbReplica, replicaWait: cfg.replicaWait, replicaMaxLag: cfg.replicaMaxLag})
+		replica: cfg.dbReplica, replicaWait: cfg.replicaWait, replicaMaxLag: cfg.replicaMaxLag, log: logger})
 	if err != nil {
 		return err
 	}

@@ -248,6 +248,7 @@ func (s *pgStore) CreateCategory(ctx context.Context, c Category, fold string, i
 		if err != nil {
 			return Category{}, wrapCreate("insert category", err, describePostgres)
 		}
+		s.written.created(pgCategories, c.ID, c.Name, c.Description) // postgres_lostwrites.go
 		return c, nil
 	}
 }
@@ -374,6 +375,7 @@ func (s *pgStore) CreatePet(ctx context.Context, p Pet, idem *idemWrite[Pet]) (P
 	if err != nil {
 		return Pet{}, wrapCreate("insert pet", err, describePostgres)
 	}
+	s.written.created(pgPets, p.ID, p.Name, p.CategoryID, p.Status)
 	return p, nil
 }
 
@@ -411,6 +413,7 @@ func (s *pgStore) CreateOrder(ctx context.Context, o Order, idem *idemWrite[Orde
 	if err != nil {
 		return Order{}, wrapCreate("insert order", err, describePostgres)
 	}
+	s.written.created(pgOrders, o.ID, o.PetID, o.Quantity, o.Status, o.CreatedAt)
 	return o, nil
 }
 

@@ -108,7 +108,7 @@ func newServer(logger *slog.Logger, reqLog *requestLog, store catalogStore, read
 	}
 	routes := append(api,
 		route{pattern: "GET /healthz", handler: handleHealth(cfg.env)},
-		route{pattern: "GET /readyz", handler: handleReady(ready, lim, certs)})
+		route{pattern: "GET /readyz", handler: handleReady(ready, lim, certs, false)})
 	routes = append(routes, docsRoutes()...)
 	rt := newRouter(routes)
 	return chain(rt,
@@ -129,7 +129,7 @@ func newAdminServer(ready *readiness, lim rateLimiter, m *serverMetrics, cfg ser
 	return chain(newRouter([]route{
 		{pattern: "GET /metrics", handler: handleMetrics(m)},
 		{pattern: "GET /healthz", handler: handleHealth(cfg.env)},
-		{pattern: "GET /readyz", handler: handleReady(ready, lim, certs)},
+		{pattern: "GET /readyz", handler: handleReady(ready, lim, certs, true)},
 	}), withRequestID) // every answer has an id, and nosniff
 }
 

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 )
@@ -258,7 +259,21 @@ type replication struct {
 	SyncCommit   string // synchronous_commit
 	SyncNames    string // synchronous_standby_names
 	SyncStandbys int    // standbys that confirm commits (sync or quorum); -1: unknown, the role may not read them (pg_monitor)
+	// Lost are the acknowledged creates found missing (or replaced) since
+	// the process started (DECISIONS.md section 21), in the order found;
+	// LostBy counts them by table: categories, pets, orders.
+	Lost   []lostWrite
+	LostBy [3]uint64
 }
+
+// lostWrite names an acknowledged create that the database lost.
+type lostWrite struct {
+	Table string `json:"table"`
+	ID    int64  `json:"id"`
+}
+
+// lostTables are the tables of replication.LostBy, in its order.
+var lostTables = [3]string{"categories", "pets", "orders"}
 
 // safe reports whether an acknowledged write is on a standby too: a
 // synchronous standby, and synchronous_commit that waits for it.
@@ -282,6 +297,9 @@ type storeOptions struct {
 	replica       string
 	replicaWait   time.Duration
 	replicaMaxLag time.Duration
+	// log gets what the store notices while it runs (PostgreSQL: a lost
+	// write, the last synchronous standby gone); nil: nothing is logged.
+	log *slog.Logger
 }
 
 // storeWrapKey carries a test's wrapper of serve's store (one that counts
