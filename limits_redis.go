@@ -180,7 +180,7 @@ func newRedisLimiter(ctx context.Context, o redisOptions, local *limiter, log *s
 		onBan:        local.onBan,
 		log:          log,
 		now:          o.now,
-		instance:     randomHex(8),
+		instance:     redisInstanceName(8),
 		noLease:      o.noLease,
 	}
 	opt.DisableCache = true // no client-side caching: every state changes on every call

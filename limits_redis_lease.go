@@ -86,8 +86,9 @@ func (ls *redisLeases) of(id int64) *redisLease {
 	return l
 }
 
-// randomHex returns n random bytes in hex.
-func randomHex(n int) string {
+// redisInstanceName returns n random bytes in hex: an instance's name for
+// its leases.
+func redisInstanceName(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
