@@ -264,7 +264,11 @@ func (r *redisLimiter) run(ctx context.Context) {
 		}
 		err := r.connect(ctx)
 		if err == nil {
-			_, err = r.step(r.keyName('p', "probe"), 0, 0, 0, 0, 0, 0, nil)
+			// Given a second (or the timeout, if longer): Redis is down
+			// only when it does not answer at all, not when it is far.
+			pctx, cancel := context.WithTimeout(ctx, max(redisLateCall, r.timeout))
+			_, err = r.stepIn(pctx, r.keyName('p', "probe"), 0, 0, 0, 0, 0, 0, nil)
+			cancel()
 		}
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -309,6 +313,11 @@ func (r *redisLimiter) allowAddr(addr netip.Addr) decision {
 	k := limAddrKeyOf(addr)
 	rpm := r.limiter.anonRPM
 	res, err := r.step(r.keyName('a', strconv.FormatUint(k.hi, 16)+":"+strconv.FormatUint(k.lo, 16)), rpm, 0, 0, 0, 0, 0, nil)
+	if errors.Is(err, context.DeadlineExceeded) {
+		// Slow, not down (the probe says when it is): this request is
+		// decided here; the call may still count it in Redis.
+		return r.limiter.allowAddr(addr)
+	}
 	if err != nil {
 		r.down(err)
 		return r.limiter.allowAddr(addr)

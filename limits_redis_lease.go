@@ -4,7 +4,10 @@
 // background before they run out and given back when the key goes quiet;
 // the key's shared state as last seen, which the headers and a request
 // whose wait for Redis timed out are decided from; and the request path
-// that uses them.
+// that uses them. A lease is topped up whenever a request spent from it
+// and no call for it is on its way: a call takes a round trip, in which
+// the key spends half its lease, so the lease runs out only when the
+// key's rate jumps.
 
 package main
 
@@ -47,7 +50,8 @@ type redisLease struct {
 	deadline int64 // local Unix ns
 	inflight bool  // a call that carries the lease is on its way
 	// The key's recent rate here, requests a second, measured over windows
-	// of redisRateWindow from winStart; lastReq is its last request.
+	// of redisRateWindow (or 8 requests) from winStart; lastReq is its last
+	// request.
 	rate                        float64
 	winStart, winCount, lastReq int64
 	// seen is the shared state after the last call that answered, at the
@@ -111,8 +115,8 @@ func (r *redisLimiter) allowKey(id int64, rpm, rpd int64) decision {
 		l.held--
 		d := l.fromSeen(now, rpm, rpd, true)
 		var la *redisLeaseArgs
-		if !l.inflight && (2*l.held <= r.wantOf(l, rpm) || l.deadline-now < r.renewBefore()) {
-			la = r.leaseArgs(l, now, false)
+		if !l.inflight && (l.held < r.wantOf(l, rpm) || l.deadline-now < r.renewBefore()) {
+			la = r.leaseArgs(l, now, false, false)
 		}
 		l.mu.Unlock()
 		r.limiter.countAllowed(id)
@@ -124,7 +128,7 @@ func (r *redisLimiter) allowKey(id int64, rpm, rpd int64) decision {
 	}
 	var la *redisLeaseArgs
 	if !r.noLease && !l.inflight {
-		la = r.leaseArgs(l, now, true)
+		la = r.leaseArgs(l, now, true, false)
 	}
 	l.mu.Unlock()
 	return r.decideInRedis(id, l, rpm, rpd, la)
@@ -136,27 +140,37 @@ func (l *redisLease) note(now, rpm, rpd int64) {
 	if rpm != l.rpm || rpd != l.rpd {
 		l.rpm, l.rpd, l.held, l.hasSeen = rpm, rpd, 0, false
 	}
+	if now-l.lastReq >= int64(redisLeaseIdle) {
+		l.rate, l.winStart, l.winCount = 0, now, 0 // quiet until now: measured afresh
+	}
 	l.lastReq = now
 	l.winCount++
-	if el := now - l.winStart; el >= int64(redisRateWindow) {
+	// A window ends after redisRateWindow, or sooner once it holds 8
+	// requests: a key that starts sending gets its lease within a few.
+	if el := now - l.winStart; el >= int64(redisRateWindow) || l.winCount >= 8 && el > 0 {
 		rate := float64(l.winCount) * 1e9 / float64(el)
-		if el < 4*int64(redisRateWindow) {
-			rate = (rate + l.rate) / 2
+		if el < 4*int64(redisRateWindow) && l.rate > rate {
+			rate = (rate + l.rate) / 2 // down slowly, up at once
 		}
 		l.rate, l.winStart, l.winCount = rate, now, 0
 	}
 }
 
 // wantOf is the lease key l wants: what it spends here in two round trips
-// to Redis at its recent rate (rounded down: 0 on a near Redis, where
-// every request is decided there as before leases), at most an eighth of
-// the bucket's capacity (the script also caps it by the day left).
+// to Redis at its recent rate, rounded down (0 on a near Redis, where
+// every request is decided there as before leases), and then one more
+// (the lease is topped up to it when a call is sent, and spends about
+// half of it while the call travels); at most an eighth of the bucket's
+// capacity (the script also caps it by the day left).
 func (r *redisLimiter) wantOf(l *redisLease, rpm int64) int64 {
 	if rpm == 0 && l.rpd == 0 {
 		return 0
 	}
 	w := int64(l.rate * 2 * float64(r.rtt.Load()) / 1e9)
-	if r.fixedWant > 0 && l.rate > 0 {
+	if w > 0 {
+		w++ // a token of slack: the round trips vary
+	}
+	if r.fixedWant > 0 {
 		w = r.fixedWant
 	}
 	if rpm > 0 {
@@ -174,8 +188,11 @@ func (r *redisLimiter) renewBefore() int64 {
 // returns what the call says of it; nil when there is nothing to say (no
 // lease held or wanted). A lease that is not wanted any more is given
 // back: what it held is spent no more from here.
-func (r *redisLimiter) leaseArgs(l *redisLease, now int64, take bool) *redisLeaseArgs {
+func (r *redisLimiter) leaseArgs(l *redisLease, now int64, take, release bool) *redisLeaseArgs {
 	want := r.wantOf(l, l.rpm)
+	if release {
+		want = 0
+	}
 	if now >= l.deadline {
 		l.held = 0 // expired here; Redis drops it within the margin
 	}
@@ -272,9 +289,10 @@ func (r *redisLimiter) decideInRedis(id int64, l *redisLease, rpm, rpd int64, la
 func (r *redisLimiter) settle(id int64, l *redisLease, rpm, rpd int64, la *redisLeaseArgs, c *redisCall, res redisStep, err error, took time.Duration) {
 	if err != nil {
 		r.down(err)
+	} else if old := r.rtt.Load(); int64(took) > old {
+		r.rtt.Store((old + int64(took)) / 2) // up fast: a lease must outlast slow calls
 	} else {
-		old := r.rtt.Load()
-		r.rtt.Store(old + (int64(took)-old)/8)
+		r.rtt.Store(old + (int64(took)-old)/16)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -418,10 +436,10 @@ func (r *redisLimiter) tendOnce(now int64) {
 			switch {
 			case l.inflight:
 			case l.held > 0 && now-l.lastReq >= int64(redisLeaseIdle):
-				l.rate = 0 // quiet: wantOf is 0, and leaseArgs gives the lease back
-				la = r.leaseArgs(l, now, false)
+				l.rate = 0 // quiet: leaseArgs gives the lease back
+				la = r.leaseArgs(l, now, false, true)
 			case l.held > 0 && l.deadline-now < r.renewBefore():
-				la = r.leaseArgs(l, now, false)
+				la = r.leaseArgs(l, now, false, false)
 			case l.held == 0 && l.extra == 0 && now-l.lastReq >= int64(redisLeaseForget):
 				delete(s.m, id)
 			}

@@ -257,7 +257,7 @@ var families = map[string]family{
 	"petstore_build_info":                               {help: "The version of petstore and of Go it was built with; always 1."},
 	"petstore_ratelimit_backend_up":                     {help: "Whether Redis answers the rate limiter: 1 while it does, 0 while this instance limits on its own."},
 	"petstore_redis_calls_total":                        {help: "Rate-limit script calls to Redis, answered or not."},
-	"petstore_redis_failures_total":                     {help: "Rate-limit script calls to Redis that failed, or that Redis did not answer within a second (or --redis-timeout when longer; the address limits' calls: within --redis-timeout)."},
+	"petstore_redis_failures_total":                     {help: "Rate-limit script calls to Redis that failed, or that Redis did not answer within a second (or --redis-timeout when longer)."},
 	"petstore_ratelimit_lease_local_total":              {help: "Requests of a key decided in memory from this instance's lease of its shared limits (--redis)."},
 	"petstore_ratelimit_lease_waits_total":              {help: "Requests of a key that waited for Redis because this instance's lease could not cover them (--redis)."},
 	"petstore_ratelimit_lease_wait_timeouts_total":      {help: "Requests of a key whose wait for Redis ran out (--redis-timeout) and that were decided from the shared state as last seen (--redis)."},
