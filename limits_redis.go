@@ -61,7 +61,8 @@ type redisLimiter struct {
 
 	// The leases (limits_redis_lease.go).
 	instance  string       // this instance's name for its leases in Redis, random
-	rtt       atomic.Int64 // ns, a moving average of a call's time
+	rtt       atomic.Int64 // ns, a call's time, averaged (observe)
+	rttMin    atomic.Int64 // ns, the quickest calls' time (observe)
 	leases    redisLeases  // by key
 	noLease   bool         // decide every request in Redis, as before leases (tests)
 	fixedWant int64        // when > 0, the lease a key in use wants, whatever its rate (tests)
@@ -242,7 +243,7 @@ func (r *redisLimiter) start(ctx context.Context) error {
 	start := time.Now()
 	_, err := r.stepIn(ctx, r.keyName('p', "probe"), 0, 0, 0, 0, 0, 0, nil)
 	if err == nil {
-		r.rtt.Store(int64(time.Since(start)))
+		r.observe(time.Since(start))
 	}
 	return err
 }

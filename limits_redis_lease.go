@@ -37,6 +37,10 @@ const (
 	// redisLateCall is how long a call may take after its request stopped
 	// waiting (--redis-timeout) before Redis counts as not answering.
 	redisLateCall = time.Second
+	// redisNearRTT: a Redis whose quickest round trips take less is near,
+	// and leases nothing: every request is decided there, as before
+	// leases (a lease would only refuse other instances early).
+	redisNearRTT = 2 * time.Millisecond
 	// redisRateWindow is the window a key's recent rate is measured over.
 	redisRateWindow = 250 * time.Millisecond
 )
@@ -156,14 +160,15 @@ func (l *redisLease) note(now, rpm, rpd int64) {
 	}
 }
 
-// wantOf is the lease key l wants: what it spends here in two round trips
-// to Redis at its recent rate, rounded down (0 on a near Redis, where
-// every request is decided there as before leases), and then one more
+// wantOf is the lease key l wants: none on a near Redis (redisNearRTT),
+// where every request is decided there as before leases; else what it
+// spends here in two round trips to Redis at its recent rate, rounded
+// down, and then one more
 // (the lease is topped up to it when a call is sent, and spends about
 // half of it while the call travels); at most an eighth of the bucket's
 // capacity (the script also caps it by the day left).
 func (r *redisLimiter) wantOf(l *redisLease, rpm int64) int64 {
-	if rpm == 0 && l.rpd == 0 {
+	if rpm == 0 && l.rpd == 0 || r.rttMin.Load() < int64(redisNearRTT) && r.fixedWant == 0 {
 		return 0
 	}
 	w := int64(l.rate * 2 * float64(r.rtt.Load()) / 1e9)
@@ -289,10 +294,8 @@ func (r *redisLimiter) decideInRedis(id int64, l *redisLease, rpm, rpd int64, la
 func (r *redisLimiter) settle(id int64, l *redisLease, rpm, rpd int64, la *redisLeaseArgs, c *redisCall, res redisStep, err error, took time.Duration) {
 	if err != nil {
 		r.down(err)
-	} else if old := r.rtt.Load(); int64(took) > old {
-		r.rtt.Store((old + int64(took)) / 2) // up fast: a lease must outlast slow calls
 	} else {
-		r.rtt.Store(old + (int64(took)-old)/16)
+		r.observe(took)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -328,6 +331,26 @@ func (r *redisLimiter) settle(id int64, l *redisLease, rpm, rpd int64, la *redis
 	}
 	r.leases.granted.Add(res.granted)
 	l.deadline = la.sentAt + int64(redisLeaseLife-redisLeaseMargin)
+}
+
+// observe takes in a call's time: into rtt, a moving average that rises
+// at once (a lease must outlast slow calls) and falls slowly, and rttMin,
+// the quickest calls' time, which falls at once and rises slowly (a near
+// Redis stays near through a slow moment).
+func (r *redisLimiter) observe(took time.Duration) {
+	t := int64(took)
+	if m := r.rttMin.Load(); t < m || m == 0 {
+		r.rttMin.Store(t)
+	} else {
+		r.rttMin.Store(m + (t-m)/64)
+	}
+	if old := r.rtt.Load(); old == 0 {
+		r.rtt.Store(t)
+	} else if t > old {
+		r.rtt.Store((old + t) / 2)
+	} else {
+		r.rtt.Store(old + (t-old)/16)
+	}
 }
 
 // background sends a call for key id's lease alone, without waiting.

@@ -170,3 +170,45 @@ func TestRedisLeasesNeverAdmitMoreThanOneBucket(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisLeaseFromSeen: a request whose wait for Redis timed out is
+// decided from the key's state as last seen, refilled since and less what
+// this instance admitted beyond it, never more; a request its lease paid
+// for is allowed, with the lease counted in the headers. No Redis needed.
+func TestRedisLeaseFromSeen(t *testing.T) {
+	t0 := time.Date(2026, 3, 10, 12, 0, 0, 0, time.UTC).UnixNano()
+	const rpm, rpd = 60, 1000
+	l := &redisLease{rpm: rpm, rpd: rpd, hasSeen: true, seenAt: t0}
+	// 2.5 tokens in the bucket, 3 more in leases (room: 57), 997 counted.
+	l.seen = redisStep{bucket: limBucket{tokens: 5 * limTokenUnit / 2, last: t0}, count: 997, day: limDay(t0), now: t0, leased: 3}
+	admit := func(at int64) decision {
+		d := l.fromSeen(at, rpm, rpd, false)
+		if d.Allowed {
+			l.extra++ // as decideInRedis does
+		}
+		return d
+	}
+	for i := range 2 {
+		if d := admit(t0); !d.Allowed || d.Remaining != int64(1-i) {
+			t.Fatalf("request %d: %+v, want allowed with %d left", i, d, 1-i)
+		}
+	}
+	if d := admit(t0); d.Allowed || d.Code != "rate_limited" || d.RetryAfter != 1 {
+		t.Fatalf("a third request with half a token seen: %+v", d)
+	}
+	// Half a second later the refill of 1 a second made it 1 token.
+	if d := admit(t0 + int64(500*time.Millisecond)); !d.Allowed {
+		t.Fatalf("after the refill: %+v", d)
+	}
+	// The day: 997 + 3 admitted beyond the state = 1000.
+	l.seen.bucket.tokens = 50 * limTokenUnit
+	if d := admit(t0 + int64(time.Second)); d.Allowed || d.Code != "quota_exceeded" {
+		t.Fatalf("the day's quota reached beyond the state seen: %+v", d)
+	}
+	// A lease of 2 held: a request it paid for is allowed, and the
+	// headers count what it still holds.
+	l.held = 1 // after the spend
+	if d := l.fromSeen(t0+int64(time.Second), rpm, rpd, true); !d.Allowed || d.Window != 86400 || d.Remaining != 1 {
+		t.Fatalf("a request paid by the lease: %+v, want allowed, the day's 1 left (the lease's)", d)
+	}
+}
