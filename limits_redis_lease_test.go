@@ -79,10 +79,15 @@ func leaseRecords(t *testing.T, c rueidis.Client, key string, now int64) (tokens
 // it; and the leases cost little: at least 85% of the reference. Keys
 // gone quiet give their leases back.
 func TestRedisLeasesNeverAdmitMoreThanOneBucket(t *testing.T) {
-	for _, tc := range []struct{ want, rpd int64 }{{3, 100000}, {5, 100000}, {4, 80}} {
-		t.Run(fmt.Sprintf("want%d_rpd%d", tc.want, tc.rpd), func(t *testing.T) {
-			const rpm = 40
-			want, rpd := tc.want, tc.rpd
+	// The last case sends below the refill (600 a minute, asked about 8 a
+	// second): the bucket stays near full while leases are out, where a
+	// refill that forgot them would overfill it.
+	for _, tc := range []struct {
+		want, rpm, rpd int64
+		steady         bool
+	}{{3, 40, 100000, false}, {5, 40, 100000, false}, {4, 40, 80, false}, {5, 600, 100000, true}} {
+		t.Run(fmt.Sprintf("want%d_rpm%d_rpd%d", tc.want, tc.rpm, tc.rpd), func(t *testing.T) {
+			want, rpm, rpd := tc.want, tc.rpm, tc.rpd
 			cfg := limiterConfig{BanThreshold: 1 << 30}
 			insts, ref, clock := newLeaseLimTest(t, 3, want, cfg)
 			c := redisTestClient(t, os.Getenv(redisEnv))
@@ -94,9 +99,12 @@ func TestRedisLeasesNeverAdmitMoreThanOneBucket(t *testing.T) {
 				// ten 5 ms apart and gaps of up to 14 s: whole
 				// milliseconds, which the script (µs) and the reference
 				// (ns) count alike.
-				if i%10 == 0 {
+				if i%10 == 0 || tc.steady {
 					// The gap, with each instance's tendLeases every 100 ms.
 					gap := time.Duration(rng.IntN(14000)) * time.Millisecond
+					if tc.steady {
+						gap = time.Duration(rng.IntN(250)) * time.Millisecond
+					}
 					for ; gap > redisLeaseTick; gap -= redisLeaseTick {
 						clock.add(redisLeaseTick)
 						for _, r := range insts {
