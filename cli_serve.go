@@ -208,7 +208,7 @@ func parseServe(args []string, getenv func(string) string, stdout io.Writer) (se
 	fs.Var((*dateFlag)(&cfg.petsDeprecatedAt), "pets-deprecated-at", "when GET /v1/pets/{petId} was deprecated: a `DATE` (YYYY-MM-DD, 00:00 UTC) or an RFC 3339 time")
 	fs.Var((*dateFlag)(&cfg.petsSunsetAt), "pets-sunset-at", "when GET /v1/pets/{petId} stops working (410): a `DATE` (YYYY-MM-DD, 00:00 UTC) or an RFC 3339 time")
 	fs.StringVar(&cfg.redis, "redis", "", "a redis:// or rediss:// `URL`: rate limits shared by every instance that uses it; empty keeps them in this process")
-	fs.DurationVar(&cfg.redisTimeout, "redis-timeout", defaultRedisTimeout, "how long a request waits for Redis, a `DURATION`, before this instance falls back to its own limits")
+	fs.DurationVar(&cfg.redisTimeout, "redis-timeout", defaultRedisTimeout, "how long a request its key's lease cannot cover waits for Redis, a `DURATION`, before it is decided from the key's shared state as last seen; Redis is down, and limits local, when a call gets no answer within a second or this")
 	fs.StringVar(&cfg.redisPrefix, "redis-prefix", "", "the `TEXT` the names of petstore's keys in Redis begin with; empty: petstore:<deployment id>:, the database's own random id, so that two deployments on one Redis never share limits")
 	fs.StringVar(&cfg.corsOrigins, "cors-origins", "", "browser origins that may call the API: a comma-separated `LIST` of scheme://host[:port], or *; empty: none")
 	fs.DurationVar(&cfg.idempotencyTTL, "idempotency-ttl", defaultIdemTTL, "how long the answer to a POST sent with an Idempotency-Key is kept for its retries, a `DURATION`")

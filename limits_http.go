@@ -42,7 +42,13 @@ type limiterBackend struct {
 	shared bool  // the counts are in Redis
 	up     bool  // the last call to Redis answered
 	calls  int64 // calls to Redis, answered or not
-	fails  int64 // calls to Redis that failed or timed out
+	fails  int64 // calls to Redis that failed or did not answer at all
+	// The leases (limits_redis_lease.go): requests decided from one in
+	// memory, requests that waited for Redis, and of those the ones whose
+	// wait timed out (decided from the shared state as last seen); tokens
+	// leased, and tokens given back unspent.
+	leaseLocal, leaseWaited, leaseTimedOut int64
+	leaseGranted, leaseReturned            int64
 }
 
 // limitRequests applies the rate limits to every request under /v1/, before

@@ -58,6 +58,15 @@ type redisLimiter struct {
 	calls     atomic.Int64                   // script calls, answered or not
 	fails     atomic.Int64                   // script calls that failed or timed out
 	closeOnce sync.Once
+
+	// The leases (limits_redis_lease.go).
+	instance  string       // this instance's name for its leases in Redis, random
+	rtt       atomic.Int64 // ns, a call's time, averaged (observe)
+	rttMin    atomic.Int64 // ns, the quickest calls' time (observe)
+	leases    redisLeases  // by key
+	noLease   bool         // decide every request in Redis, as before leases (tests)
+	fixedWant int64        // when > 0, the lease a key in use wants, whatever its rate (tests)
+	async     func(func()) // runs a lease's call in the background; nil: go f()
 }
 
 // redisLimiter must stay a rateLimiter: serve uses it in place of the
@@ -69,6 +78,7 @@ type redisOptions struct {
 	prefix  string
 	timeout time.Duration
 	now     func() time.Time // nil: Redis's clock
+	noLease bool             // no leases: every request decided in Redis (tests)
 }
 
 // parseRedisURL checks a --redis URL and returns its client options. Its
@@ -171,6 +181,8 @@ func newRedisLimiter(ctx context.Context, o redisOptions, local *limiter, log *s
 		onBan:        local.onBan,
 		log:          log,
 		now:          o.now,
+		instance:     redisInstanceName(8),
+		noLease:      o.noLease,
 	}
 	opt.DisableCache = true // no client-side caching: every state changes on every call
 	opt.Dialer.Timeout = max(time.Second, o.timeout)
@@ -228,7 +240,11 @@ func (r *redisLimiter) start(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, max(time.Second, r.timeout))
 	defer cancel()
-	_, err := r.stepIn(ctx, r.keyName('p', "probe"), 0, 0, 0, 0, 0, 0)
+	start := time.Now()
+	_, err := r.stepIn(ctx, r.keyName('p', "probe"), 0, 0, 0, 0, 0, 0, nil)
+	if err == nil {
+		r.observe(time.Since(start))
+	}
 	return err
 }
 
@@ -240,6 +256,7 @@ func (r *redisLimiter) run(ctx context.Context) {
 	tick := time.NewTicker(redisProbeEvery)
 	defer tick.Stop()
 	defer r.close()
+	go r.tendLeases(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -248,7 +265,11 @@ func (r *redisLimiter) run(ctx context.Context) {
 		}
 		err := r.connect(ctx)
 		if err == nil {
-			_, err = r.step(r.keyName('p', "probe"), 0, 0, 0, 0, 0, 0)
+			// Given a second (or the timeout, if longer): Redis is down
+			// only when it does not answer at all, not when it is far.
+			pctx, cancel := context.WithTimeout(ctx, max(redisLateCall, r.timeout))
+			_, err = r.stepIn(pctx, r.keyName('p', "probe"), 0, 0, 0, 0, 0, 0, nil)
+			cancel()
 		}
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -259,12 +280,14 @@ func (r *redisLimiter) run(ctx context.Context) {
 	}
 }
 
-// close closes the client, once.
 // backend reports Redis and how the calls to it went.
 func (r *redisLimiter) backend() limiterBackend {
-	return limiterBackend{shared: true, up: r.up.Load(), calls: r.calls.Load(), fails: r.fails.Load()}
+	return limiterBackend{shared: true, up: r.up.Load(), calls: r.calls.Load(), fails: r.fails.Load(),
+		leaseLocal: r.leases.local.Load(), leaseWaited: r.leases.waited.Load(), leaseTimedOut: r.leases.timedOut.Load(),
+		leaseGranted: r.leases.granted.Load(), leaseReturned: r.leases.returned.Load()}
 }
 
+// close closes the client, once.
 func (r *redisLimiter) close() {
 	r.closeOnce.Do(func() {
 		if c := r.client.Load(); c != nil {
@@ -282,38 +305,6 @@ func (r *redisLimiter) down(err error) {
 	}
 }
 
-// allowKey counts a request of key id in Redis, or in the local limiter
-// while Redis does not answer.
-func (r *redisLimiter) allowKey(id int64, rpm, rpd int64) decision {
-	if !r.up.Load() {
-		return r.limiter.allowKey(id, rpm, rpd)
-	}
-	rpm = max(0, min(rpm, limMaxRPM))
-	rpd = max(0, rpd)
-	count, day, ban := r.limiter.known(id)
-	res, err := r.step(r.keyName('k', strconv.FormatInt(id, 10)), rpm, rpd, count, day, ban, r.banThreshold)
-	if err != nil {
-		r.down(err)
-		return r.limiter.allowKey(id, rpm, rpd)
-	}
-	switch {
-	case res.bannedNow:
-		until := time.Unix(0, res.ban).UTC()
-		r.limiter.setBan(id, until)
-		if r.onBan != nil {
-			r.onBan(id, until)
-		}
-		return limBanned(res.ban, res.now, rpm, rpd)
-	case res.ban > 0:
-		return limBanned(res.ban, res.now, rpm, rpd)
-	case res.allowed:
-		r.limiter.countAllowed(id)
-	}
-	return keyDecision(res.now, rpm, rpd, res.bucket, res.count, res.day,
-		res.allowed || rpm == 0 || res.bucket.tokens >= limTokenUnit,
-		res.allowed || rpd == 0 || res.count < rpd)
-}
-
 // allowAddr counts an anonymous request from addr in Redis, or in the
 // local limiter while Redis does not answer.
 func (r *redisLimiter) allowAddr(addr netip.Addr) decision {
@@ -322,7 +313,12 @@ func (r *redisLimiter) allowAddr(addr netip.Addr) decision {
 	}
 	k := limAddrKeyOf(addr)
 	rpm := r.limiter.anonRPM
-	res, err := r.step(r.keyName('a', strconv.FormatUint(k.hi, 16)+":"+strconv.FormatUint(k.lo, 16)), rpm, 0, 0, 0, 0, 0)
+	res, err := r.step(r.keyName('a', strconv.FormatUint(k.hi, 16)+":"+strconv.FormatUint(k.lo, 16)), rpm, 0, 0, 0, 0, 0, nil)
+	if errors.Is(err, context.DeadlineExceeded) {
+		// Slow, not down (the probe says when it is): this request is
+		// decided here; the call may still count it in Redis.
+		return r.limiter.allowAddr(addr)
+	}
 	if err != nil {
 		r.down(err)
 		return r.limiter.allowAddr(addr)
@@ -338,21 +334,34 @@ func (r *redisLimiter) keyName(kind byte, id string) string {
 // redisStep is the script's answer, in the in-process limiter's units.
 type redisStep struct {
 	allowed, bannedNow bool
+	code               int64 // 0 allowed, 1 rate_limited, 2 quota_exceeded, 3 key_banned, 4 lease only
 	bucket             limBucket
 	count              int64
 	day                int32
 	ban, now           int64 // Unix ns
+	alive              bool  // the caller's lease was still recorded
+	granted, leased    int64 // tokens added to its lease; tokens of every lease after the step
+}
+
+// redisLeaseArgs is what a call says of the caller's lease: whether it
+// decides a request too (take), the tokens it holds unspent, and the lease
+// it wants in all (0 ends it); sentAt (local Unix ns) is when it was sent.
+type redisLeaseArgs struct {
+	take       bool
+	held, want int64
+	sentAt     int64
 }
 
 // step runs the script on one key's state, within the timeout.
-func (r *redisLimiter) step(key string, rpm, rpd, count int64, day int32, banUntil, threshold int64) (redisStep, error) {
+func (r *redisLimiter) step(key string, rpm, rpd, count int64, day int32, banUntil, threshold int64, la *redisLeaseArgs) (redisStep, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
-	return r.stepIn(ctx, key, rpm, rpd, count, day, banUntil, threshold)
+	return r.stepIn(ctx, key, rpm, rpd, count, day, banUntil, threshold, la)
 }
 
-// stepIn is step within ctx.
-func (r *redisLimiter) stepIn(ctx context.Context, key string, rpm, rpd, count int64, day int32, banUntil, threshold int64) (redisStep, error) {
+// stepIn is step within ctx: the one place that calls Redis for a
+// decision or a lease.
+func (r *redisLimiter) stepIn(ctx context.Context, key string, rpm, rpd, count int64, day int32, banUntil, threshold int64, la *redisLeaseArgs) (redisStep, error) {
 	c := r.client.Load()
 	if c == nil {
 		return redisStep{}, errors.New("not connected")
@@ -367,21 +376,33 @@ func (r *redisLimiter) stepIn(ctx context.Context, key string, rpm, rpd, count i
 		strconv.FormatInt(count, 10), strconv.FormatInt(int64(day), 10),
 		strconv.FormatInt(banUntil/1000, 10), strconv.FormatInt(threshold, 10), strconv.FormatInt(r.banDuration, 10),
 	}
+	if la != nil {
+		take := "0"
+		if la.take {
+			take = "1"
+		}
+		args = append(args, take, r.instance, strconv.FormatInt(la.held, 10), strconv.FormatInt(la.want, 10),
+			strconv.FormatInt(redisLeaseLife.Microseconds(), 10))
+	}
 	v, err := redisScript.Exec(ctx, *c, []string{key}, args).AsIntSlice()
 	if err != nil {
 		return redisStep{}, err
 	}
-	if len(v) != 9 {
-		return redisStep{}, fmt.Errorf("rate-limit script answered %d values, want 9", len(v))
+	if len(v) != 12 {
+		return redisStep{}, fmt.Errorf("rate-limit script answered %d values, want 12", len(v))
 	}
 	// µs to ns; a token is 60,000,000 units in the script, 60e9 here.
 	return redisStep{
 		allowed:   v[0] == 1,
+		code:      v[1],
 		bannedNow: v[8] == 1,
 		bucket:    limBucket{tokens: v[2] * 1000, last: v[3] * 1000},
 		count:     v[4],
 		day:       int32(v[5]),
 		ban:       min(v[6], math.MaxInt64/1000) * 1000, // a ban "until the end of time" saturates
 		now:       v[7] * 1000,
+		alive:     v[9] == 1,
+		granted:   v[10],
+		leased:    v[11],
 	}, nil
 }

@@ -27,7 +27,7 @@ func newRedisLimTest(t *testing.T, cfg limiterConfig) (*redisLimiter, *limiter, 
 	u := needRedis(t)
 	ref, c := newLimTest(t, cfg)
 	cfg.Now = c.now
-	r, err := newRedisLimiter(context.Background(), redisOptions{url: u, prefix: redisTestPrefix(t, u), timeout: 5 * time.Second, now: c.now},
+	r, err := newRedisLimiter(context.Background(), redisOptions{url: u, prefix: redisTestPrefix(t, u), timeout: 5 * time.Second, now: c.now, noLease: true},
 		newLimiter(cfg), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

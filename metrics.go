@@ -159,6 +159,11 @@ func (m *serverMetrics) limitsShared(lim rateLimiter) {
 		b := lim.backend()
 		vm.WriteCounterUint64(w, "petstore_redis_calls_total", uint64(b.calls))
 		vm.WriteCounterUint64(w, "petstore_redis_failures_total", uint64(b.fails))
+		vm.WriteCounterUint64(w, "petstore_ratelimit_lease_local_total", uint64(b.leaseLocal))
+		vm.WriteCounterUint64(w, "petstore_ratelimit_lease_waits_total", uint64(b.leaseWaited))
+		vm.WriteCounterUint64(w, "petstore_ratelimit_lease_wait_timeouts_total", uint64(b.leaseTimedOut))
+		vm.WriteCounterUint64(w, "petstore_ratelimit_lease_granted_tokens_total", uint64(b.leaseGranted))
+		vm.WriteCounterUint64(w, "petstore_ratelimit_lease_returned_tokens_total", uint64(b.leaseReturned))
 	})
 }
 
@@ -262,7 +267,12 @@ var families = map[string]family{
 	"petstore_build_info":                               {help: "The version of petstore and of Go it was built with; always 1."},
 	"petstore_ratelimit_backend_up":                     {help: "Whether Redis answers the rate limiter: 1 while it does, 0 while this instance limits on its own."},
 	"petstore_redis_calls_total":                        {help: "Rate-limit script calls to Redis, answered or not."},
-	"petstore_redis_failures_total":                     {help: "Rate-limit script calls to Redis that failed or took longer than --redis-timeout."},
+	"petstore_redis_failures_total":                     {help: "Rate-limit script calls to Redis that failed, or that Redis did not answer within a second (or --redis-timeout when longer)."},
+	"petstore_ratelimit_lease_local_total":              {help: "Requests of a key decided in memory from this instance's lease of its shared limits (--redis)."},
+	"petstore_ratelimit_lease_waits_total":              {help: "Requests of a key that waited for Redis because this instance's lease could not cover them (--redis)."},
+	"petstore_ratelimit_lease_wait_timeouts_total":      {help: "Requests of a key whose wait for Redis ran out (--redis-timeout) and that were decided from the shared state as last seen (--redis)."},
+	"petstore_ratelimit_lease_granted_tokens_total":     {help: "Tokens of keys' shared limits that Redis leased to this instance ahead of its requests (--redis)."},
+	"petstore_ratelimit_lease_returned_tokens_total":    {help: "Tokens of leases that this instance gave back unspent (--redis)."},
 	"petstore_log_bytes_dropped_total":                  {help: "Log bytes dropped because writing to stderr kept failing."},
 	"petstore_traces_dropped_total":                     {help: "Spans never sent to the OTLP collector: the export queue was full, or their batch failed for good."},
 	"petstore_tls_certificate_expiry_timestamp_seconds": {help: "When each served certificate expires (its NotAfter), in seconds since the Unix epoch, by name."},
