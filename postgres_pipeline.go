@@ -1,0 +1,266 @@
+// postgres_pipeline.go owns the flight of a batch of creates on PostgreSQL
+// (DECISIONS.md section 22): the whole transaction sent in one write in
+// the extended protocol's pipeline mode (BEGIN, the catalog's lock, the
+// batch's prepared statements, COMMIT, Sync, the position, Sync) and its
+// answers read after, so that a create costs one round trip to the
+// primary and no lock is held across one.
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// pgStmt is a statement of the creates' flights, prepared on each
+// connection under its name the first time the connection sends it (the
+// Parse travels in the same flight, before its first use). Its parameter
+// types are those of the Go values it is sent with (pgParamOID), the same
+// every time.
+type pgStmt struct {
+	name string
+	sql  string
+}
+
+// The statements every flight sends around the batch's own.
+var (
+	pgStmtBegin    = &pgStmt{"petstore_begin", "BEGIN"}
+	pgStmtLock     = &pgStmt{"petstore_lock_catalog", pgLockCatalog}
+	pgStmtCommit   = &pgStmt{"petstore_commit", "COMMIT"}
+	pgStmtPosition = &pgStmt{"petstore_position", pgPrimaryPos}
+)
+
+// pgPreparedKey is where a connection's CustomData keeps the statements
+// prepared on it (map[*pgStmt]bool).
+const pgPreparedKey = "petstore prepared"
+
+// pgBinary asks for every parameter and result column in binary.
+var pgBinary = []int16{pgtype.BinaryFormatCode}
+
+// pgBatch is a batch of creates on its way to PostgreSQL: one statement
+// per write, sent together and answered together.
+type pgBatch struct {
+	queued []pgQueued
+	errs   []error // each write's own failure, by its index in the batch
+	job    int     // the index of the write queuing now
+	pos    uint64  // the primary's position after the COMMIT (postgres_replica.go); 0: unknown
+	found  []*idemAnswer
+}
+
+// pgQueued is one statement of a batch and what reads its one row.
+type pgQueued struct {
+	stmt *pgStmt
+	args []any
+	scan func(pgx.Row) error
+}
+
+// queue adds st with args to the batch; scan reads its row.
+func (b *pgBatch) queue(st *pgStmt, scan func(pgx.Row) error, args ...any) {
+	b.queued = append(b.queued, pgQueued{st, args, scan})
+}
+
+// pgParamOID is the type a parameter is declared with when its statement
+// is prepared, by its Go type.
+func pgParamOID(v any) (uint32, error) {
+	switch v.(type) {
+	case int64, int:
+		return pgtype.Int8OID, nil
+	case string, *string:
+		return pgtype.TextOID, nil
+	case []byte:
+		return pgtype.ByteaOID, nil
+	case time.Time:
+		return pgtype.TimestamptzOID, nil
+	case bool:
+		return pgtype.BoolOID, nil
+	}
+	return 0, fmt.Errorf("no PostgreSQL type for a parameter of type %T", v)
+}
+
+// pgEncoded is a statement's parameters, encoded for the wire.
+type pgEncoded struct {
+	oids []uint32
+	vals [][]byte
+}
+
+func pgEncode(m *pgtype.Map, args []any) (pgEncoded, error) {
+	e := pgEncoded{oids: make([]uint32, len(args)), vals: make([][]byte, len(args))}
+	for i, a := range args {
+		oid, err := pgParamOID(a)
+		if err != nil {
+			return e, err
+		}
+		e.oids[i] = oid
+		if e.vals[i], err = m.Encode(oid, pgtype.BinaryFormatCode, a, nil); err != nil {
+			return e, err
+		}
+	}
+	return e, nil
+}
+
+// pgResultRow is the one row of a statement's result, read as pgx reads a
+// row.
+type pgResultRow struct {
+	m  *pgtype.Map
+	rr *pgconn.ResultReader
+}
+
+func (r pgResultRow) Scan(dst ...any) error {
+	if !r.rr.NextRow() {
+		if _, err := r.rr.Close(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	fds, vals := r.rr.FieldDescriptions(), r.rr.Values()
+	if len(vals) != len(dst) {
+		return fmt.Errorf("a row of %d values scanned into %d", len(vals), len(dst))
+	}
+	for i := range dst {
+		if err := r.m.Scan(fds[i].DataTypeOID, fds[i].Format, vals[i], dst[i]); err != nil {
+			return fmt.Errorf("column %d: %w", i, err)
+		}
+	}
+	_, err := r.rr.Close()
+	return err
+}
+
+// sendBatch sends b's transaction in one flight on a connection of the
+// pool, which must commit by deadline. A failure closes the connection
+// (its transaction, if any, goes with it), so that no connection goes
+// back to the pool in a transaction or with statements it may not have.
+// A commit that went through is no error, even when the position after
+// it could not be read (b.pos 0).
+func (s *pgStore) sendBatch(b *pgBatch, deadline time.Time) error {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return describePostgres(err)
+	}
+	defer conn.Release()
+	c := conn.Conn()
+	committed, err := pgFlight(ctx, c, b)
+	if err != nil && !committed {
+		if r, ok := c.Config().Tracer.(*pgConnReset); ok {
+			r.broke(c, err) // the driver's tracer does not see a pipeline
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		c.Close(cctx)
+		cancel()
+		return describePostgres(err)
+	}
+	for _, a := range b.found {
+		a.Pos = b.pos
+	}
+	return nil
+}
+
+// pgFlight sends b on c in one write and reads the answers:
+//
+//	BEGIN, lock, the batch's statements, COMMIT, Sync, position, Sync
+//
+// with the Parse of each statement that c has not prepared yet just
+// before its first use (after the lock: preparing an INSERT takes its
+// table's lock, which must not come before the catalog's). An error
+// skips the rest up to its Sync: the statements are written never to
+// fail on the data. committed reports whether COMMIT answered so.
+func pgFlight(ctx context.Context, c *pgx.Conn, b *pgBatch) (committed bool, err error) {
+	pc, m := c.PgConn(), c.TypeMap()
+	prepared, _ := pc.CustomData()[pgPreparedKey].(map[*pgStmt]bool)
+	if prepared == nil {
+		prepared = map[*pgStmt]bool{}
+		pc.CustomData()[pgPreparedKey] = prepared
+	}
+	// Encoded before anything is sent: an error then sends nothing.
+	all := make([]pgQueued, 0, len(b.queued)+4)
+	all = append(all, pgQueued{stmt: pgStmtBegin}, pgQueued{stmt: pgStmtLock})
+	all = append(all, b.queued...)
+	all = append(all, pgQueued{stmt: pgStmtCommit}, pgQueued{stmt: pgStmtPosition})
+	enc := make([]pgEncoded, len(all))
+	for i, q := range all {
+		if enc[i], err = pgEncode(m, q.args); err != nil {
+			return false, fmt.Errorf("%s: %w", q.stmt.name, err)
+		}
+	}
+	p := pc.StartPipeline(ctx)
+	parsing := map[*pgStmt]bool{}
+	parsed := make([]bool, len(all)) // a Parse went before statement i
+	for i, q := range all {
+		if !prepared[q.stmt] && !parsing[q.stmt] {
+			parsing[q.stmt] = true
+			parsed[i] = true
+			p.SendPrepare(q.stmt.name, q.stmt.sql, enc[i].oids)
+		}
+		p.SendQueryPrepared(q.stmt.name, enc[i].vals, pgBinary, pgBinary)
+		if q.stmt == pgStmtCommit {
+			p.SendPipelineSync()
+		}
+	}
+	if err := p.Sync(); err != nil {
+		p.Close()
+		return false, err
+	}
+	var pos int64
+	for i, q := range all {
+		if parsed[i] {
+			res, err := p.GetResults()
+			if err == nil {
+				_, ok := res.(*pgconn.StatementDescription)
+				if !ok {
+					err = fmt.Errorf("prepare %s: unexpected %T", q.stmt.name, res)
+				}
+			}
+			if err != nil {
+				p.Close()
+				return committed, err
+			}
+			prepared[q.stmt] = true
+		}
+		res, err := p.GetResults()
+		rr, ok := res.(*pgconn.ResultReader)
+		if err == nil && !ok {
+			err = fmt.Errorf("%s: unexpected %T", q.stmt.name, res)
+		}
+		switch {
+		case err != nil:
+		case q.scan != nil:
+			err = q.scan(pgResultRow{m, rr})
+		case q.stmt == pgStmtPosition:
+			err = pgResultRow{m, rr}.Scan(&pos)
+		default:
+			var tag pgconn.CommandTag
+			tag, err = rr.Close()
+			if err == nil && q.stmt == pgStmtCommit && tag.String() != "COMMIT" {
+				err = pgx.ErrTxCommitRollback
+			}
+		}
+		if err != nil && committed {
+			break // the position, after the commit: unknown
+		}
+		if err != nil {
+			p.Close()
+			return false, err
+		}
+		if q.stmt == pgStmtCommit {
+			committed = true
+			if _, err := p.GetResults(); err != nil { // its Sync
+				p.Close()
+				return true, nil
+			}
+		}
+	}
+	if err := p.Close(); err != nil && !errors.As(err, new(*pgconn.PgError)) {
+		return true, nil // the position's answer was cut: the commit stands
+	}
+	if pos > 0 {
+		b.pos = uint64(pos)
+	}
+	return true, nil
+}
