@@ -76,9 +76,9 @@ func pgKeyedForm(name, insert string, n int, holder string) (unkeyed, keyed *pgS
 }
 
 // pgIDMark is the id a 201's body is built with before the statement
-// puts the new id in its place: pgCreate splits the body there. No other
-// part of a body can hold `"id":` followed by it (a string's quotes are
-// escaped).
+// puts the new id in its place: pgCreate splits the body where it is (at
+// `"id":` and it, when a name holds it too: no string can hold `"id":`
+// unescaped).
 const pgIDMark = 7340043210987654321
 
 // pgNameMark is the holder's name a 409's body is built with before the
@@ -112,8 +112,10 @@ func pgCreate[Row any](b *pgBatch, w *idemWrite[Row], noRow error, id *int64, ro
 	*id = pgIDMark
 	var pre, post []byte
 	if _, body, keep := w.answer(row(), nil); keep {
-		pre, post = pgBodyParts(body, `"id":`+strconv.FormatInt(pgIDMark, 10))
-		if pre != nil {
+		mark := strconv.FormatInt(pgIDMark, 10)
+		if bytes.Count(body, []byte(mark)) == 1 {
+			pre, post = pgBodyParts(body, mark)
+		} else if pre, post = pgBodyParts(body, `"id":`+mark); pre != nil { // a name that holds the mark too
 			pre = append(pre, `"id":`...)
 		}
 	}
