@@ -47,6 +47,7 @@ type pgStore struct {
 	closed chan struct{}               // closed by Close: the watch ends
 
 	group             *groupCommitter[*pgBatch]
+	flights           pgFlightGate // the group commit's batches in flight (postgres_pipeline.go)
 	categoriesGen     pgSharedRead
 	categoryListReads atomic.Uint64
 	names             pgNameFill // postgres_catalog.go
@@ -192,6 +193,7 @@ func (s *pgStore) op(ctx context.Context) (context.Context, context.CancelFunc) 
 
 func (s *pgStore) Close() error {
 	close(s.closed)
+	s.flights.drain() // then the loop's last batches fly in it
 	s.group.close()
 	s.pool.Close()
 	if s.replica != nil {

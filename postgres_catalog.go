@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -77,7 +78,9 @@ const pgSchemaKey = "coalesce(to_regnamespace(current_schema())::oid::int4, 0)"
 // oldest write's deadline. A failure of the transaction fails every write
 // in it as errUnavailable. When the connection breaks before COMMIT's
 // answer, the writes may or may not have been made: they are answered 503
-// too, as PostgreSQL cannot say.
+// too, as PostgreSQL cannot say. The flight goes on in a goroutine of its
+// own when the primary is far (pgFlightGate): the loop gathers the next
+// batch meanwhile.
 func (s *pgStore) commitBatch(batch []*writeJob[*pgBatch]) {
 	b := &pgBatch{errs: make([]error, len(batch))}
 	queued := make([]bool, len(batch))
@@ -107,19 +110,34 @@ func (s *pgStore) commitBatch(batch []*writeJob[*pgBatch]) {
 			deadline = end
 		}
 	}
-	var err error
-	if !deadline.IsZero() {
-		err = s.sendBatch(b, deadline)
-	}
-	for i, j := range batch {
-		if answered[i] {
-			continue
+	jobs := slices.Clone(batch) // the loop reuses batch's array for the next
+	answer := func(err error) {
+		for i, j := range jobs {
+			if answered[i] {
+				continue
+			}
+			if err != nil && queued[i] {
+				b.errs[i] = fmt.Errorf("%w: the batch's transaction failed: %w", errUnavailable, err)
+			}
+			j.done <- b.errs[i]
 		}
-		if err != nil && queued[i] {
-			b.errs[i] = fmt.Errorf("%w: the batch's transaction failed: %w", errUnavailable, err)
-		}
-		j.done <- b.errs[i]
 	}
+	if deadline.IsZero() {
+		answer(nil)
+		return
+	}
+	alone, wait := s.flights.enter()
+	fly := func() {
+		start := time.Now()
+		err := s.sendBatch(b, deadline)
+		s.flights.leave(time.Since(start), alone && err == nil)
+		answer(err)
+	}
+	if wait {
+		fly()
+		return
+	}
+	go fly()
 }
 
 // The creates' statements, without an Idempotency-Key and with one

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -97,7 +98,9 @@ func pgEncode(m *pgtype.Map, args []any) (pgEncoded, error) {
 			return e, err
 		}
 		e.oids[i] = oid
-		if e.vals[i], err = m.Encode(oid, pgtype.BinaryFormatCode, a, nil); err != nil {
+		// Into a buffer that is not nil: an empty value (a text '') would
+		// be nil, which the wire takes for NULL. (A NULL is nil anyway.)
+		if e.vals[i], err = m.Encode(oid, pgtype.BinaryFormatCode, a, []byte{}); err != nil {
 			return e, err
 		}
 	}
@@ -263,4 +266,81 @@ func pgFlight(ctx context.Context, c *pgx.Conn, b *pgBatch) (committed bool, err
 		b.pos = uint64(pos)
 	}
 	return true, nil
+}
+
+// pgMaxFlights bounds the batches of an instance in flight at once to a
+// far primary (pgFarFlight).
+const pgMaxFlights = 4
+
+// pgFarFlight is how long a batch's flight takes, alone, to a primary
+// far enough that the next batch is sent before the answer comes.
+const pgFarFlight = 5 * time.Millisecond
+
+// pgFlightGate lets the group commit send its next batch while others are
+// in flight, to a far primary: there the round trip, not the database,
+// is what a batch waits for, and a batch at a time would make the writes
+// of the clients answered last wait a round trip for the next. The
+// batches still commit one at a time, in the order they take the
+// catalog's lock, in the server: no lock waits on the network. To a near
+// primary (a batch alone took less than pgFarFlight) one batch at a time
+// gathers more writes for each commit. The loop waits in enter while the
+// gate is full, and the writes arriving meanwhile gather for the next.
+type pgFlightGate struct {
+	mu      sync.Mutex
+	cond    sync.Cond
+	n       int  // batches in flight
+	far     bool // the last batch that flew alone took pgFarFlight or more
+	closing bool // drain was called: the batches fly one at a time, in the loop
+}
+
+// enter waits for a free place and takes it; alone reports whether no
+// other batch was in flight. Once the store closes (drain), it reports
+// wait: the batch flies in the loop, so that the loop ends after its
+// answers (groupCommitter.close).
+func (g *pgFlightGate) enter() (alone, wait bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cond.L == nil {
+		g.cond.L = &g.mu
+	}
+	for g.n >= g.limit() {
+		g.cond.Wait()
+	}
+	g.n++
+	return g.n == 1, g.closing
+}
+
+func (g *pgFlightGate) limit() int {
+	if g.far {
+		return pgMaxFlights
+	}
+	return 1
+}
+
+// leave gives the place back; a flight that flew alone tells how far the
+// primary is.
+func (g *pgFlightGate) leave(took time.Duration, alone bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.n--
+	if alone {
+		g.far = took >= pgFarFlight
+	}
+	if g.cond.L != nil {
+		g.cond.Broadcast()
+	}
+}
+
+// drain waits until no batch is in flight, for the store's Close; the
+// batches after it fly in the loop.
+func (g *pgFlightGate) drain() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closing = true
+	if g.cond.L == nil {
+		g.cond.L = &g.mu
+	}
+	for g.n > 0 {
+		g.cond.Wait()
+	}
 }

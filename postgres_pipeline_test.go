@@ -147,3 +147,17 @@ func TestPostgresCreateOneFlight(t *testing.T) {
 		}
 	}
 }
+
+// TestPostgresCreateEmptyValues: an empty value sent in a flight is
+// stored empty, not NULL: an empty description stays "".
+func TestPostgresCreateEmptyValues(t *testing.T) {
+	db := postgresSchema(t, needPostgres(t))
+	key := pmBigKey(t, db)
+	ts := pmStart(t, db, key, 1)[0]
+	made := decode[Category](t, idemPost(t, ts, "/v1/categories", key, "e", `{"name":"empty","description":""}`))
+	for _, c := range decode[[]Category](t, ts.do(t, "GET", "/v1/categories", key, "")) {
+		if c.ID == made.ID && (c.Description == nil || *c.Description != "") {
+			t.Errorf("a category created with an empty description lists with %v", c.Description)
+		}
+	}
+}
