@@ -150,6 +150,7 @@ func openPostgres(ctx context.Context, db string, o storeOptions) (*pgStore, err
 		now: o.now, busy: o.busy, hosts: pgHostCount(cfg.ConnConfig), closed: make(chan struct{})}
 	reset := cfg.ConnConfig.Tracer.(*pgConnReset)
 	reset.pool.Store(pool)
+	s.flights.max = max(1, min(pgMaxFlights, int(cfg.MaxConns)-pgFlightsLeave))
 	s.group = newGroupCommitter(s.commitBatch)
 	if o.migrate {
 		if err := s.fillNameCmp(ctx); err != nil {

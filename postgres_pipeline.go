@@ -269,8 +269,14 @@ func pgFlight(ctx context.Context, c *pgx.Conn, b *pgBatch) (committed bool, err
 }
 
 // pgMaxFlights bounds the batches of an instance in flight at once to a
-// far primary (pgFarFlight).
-const pgMaxFlights = 4
+// far primary (pgFarFlight), each on a connection of the pool, of which
+// pgFlightsLeave are left for the rest (pgFlightGate.max). With 4, one
+// instance 20 ms away made 4.05x 02f62bc's creates with 32 clients; with 8,
+// BENCHMARKS.md's figure.
+const (
+	pgMaxFlights   = 8
+	pgFlightsLeave = 2
+)
 
 // pgFarFlight is how long a batch's flight takes, alone, to a primary
 // far enough that the next batch is sent before the answer comes.
@@ -288,6 +294,7 @@ const pgFarFlight = 5 * time.Millisecond
 type pgFlightGate struct {
 	mu      sync.Mutex
 	cond    sync.Cond
+	max     int  // batches in flight at most, to a far primary; 0: pgMaxFlights
 	n       int  // batches in flight
 	far     bool // the last batch that flew alone took pgFarFlight or more
 	closing bool // drain was called: the batches fly one at a time, in the loop
@@ -311,10 +318,13 @@ func (g *pgFlightGate) enter() (alone, wait bool) {
 }
 
 func (g *pgFlightGate) limit() int {
-	if g.far {
-		return pgMaxFlights
+	switch {
+	case !g.far:
+		return 1
+	case g.max > 0:
+		return g.max
 	}
-	return 1
+	return pgMaxFlights
 }
 
 // leave gives the place back; a flight that flew alone tells how far the
