@@ -238,8 +238,8 @@ func (s *pgStore) DeploymentID(ctx context.Context) (string, error) {
 }
 
 func (s *pgStore) Stats() storeStats {
-	batches, writes := s.group.stats()
-	st := storeStats{Batches: batches, Writes: writes, CategoryListReads: s.categoryListReads.Load()}
+	_, writes := s.group.stats()
+	st := storeStats{Batches: s.flights.flownCount(), Writes: writes, CategoryListReads: s.categoryListReads.Load()}
 	if s.replica != nil {
 		st.Replica = s.replica.stats()
 	}

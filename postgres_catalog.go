@@ -71,17 +71,39 @@ const pgLockCatalog = "SELECT pg_advisory_xact_lock(1885697139, " + pgSchemaKey 
 // the schema the tables are in.
 const pgSchemaKey = "coalesce(to_regnamespace(current_schema())::oid::int4, 0)"
 
-// commitBatch is the group commit's commit on PostgreSQL: BEGIN, the
-// lock, every write and COMMIT in one flight (sendBatch,
-// postgres_pipeline.go); each write is answered after the commit, and
-// within the busy timeout of its arrival: the batch must commit by its
-// oldest write's deadline. A failure of the transaction fails every write
-// in it as errUnavailable. When the connection breaks before COMMIT's
-// answer, the writes may or may not have been made: they are answered 503
-// too, as PostgreSQL cannot say. The flight goes on in a goroutine of its
-// own when the primary is far (pgFlightGate): the loop gathers the next
-// batch meanwhile.
+// commitBatch is the group commit's commit on PostgreSQL: the batch flies
+// now (flyBatch) if the gate has room, else its writes wait for the next
+// flight, with those that come meanwhile (pgFlightGate).
 func (s *pgStore) commitBatch(batch []*writeJob[*pgBatch]) {
+	jobs := slices.Clone(batch) // the loop reuses batch's array for the next
+	alone, now, wait := s.flights.enter(jobs)
+	switch {
+	case now == nil:
+	case wait:
+		s.flyBatches(now, alone)
+	default:
+		go s.flyBatches(now, alone)
+	}
+}
+
+// flyBatches flies jobs, then the writes that waited meanwhile, as long as
+// there are some and the gate lets it.
+func (s *pgStore) flyBatches(jobs []*writeJob[*pgBatch], alone bool) {
+	for jobs != nil {
+		start := time.Now()
+		err := s.flyBatch(jobs)
+		jobs, alone = s.flights.leave(time.Since(start), alone && err == nil)
+	}
+}
+
+// flyBatch is one transaction of creates: BEGIN, the lock, every write and
+// COMMIT in one flight (sendBatch, postgres_pipeline.go); each write is
+// answered after the commit, and within the busy timeout of its arrival:
+// the batch must commit by its oldest write's deadline. A failure of the
+// transaction fails every write in it as errUnavailable. When the
+// connection breaks before COMMIT's answer, the writes may or may not have
+// been made: they are answered 503 too, as PostgreSQL cannot say.
+func (s *pgStore) flyBatch(batch []*writeJob[*pgBatch]) error {
 	b := &pgBatch{errs: make([]error, len(batch))}
 	queued := make([]bool, len(batch))
 	answered := make([]bool, len(batch))
@@ -110,34 +132,20 @@ func (s *pgStore) commitBatch(batch []*writeJob[*pgBatch]) {
 			deadline = end
 		}
 	}
-	jobs := slices.Clone(batch) // the loop reuses batch's array for the next
-	answer := func(err error) {
-		for i, j := range jobs {
-			if answered[i] {
-				continue
-			}
-			if err != nil && queued[i] {
-				b.errs[i] = fmt.Errorf("%w: the batch's transaction failed: %w", errUnavailable, err)
-			}
-			j.done <- b.errs[i]
+	var err error
+	if !deadline.IsZero() {
+		err = s.sendBatch(b, deadline)
+	}
+	for i, j := range batch {
+		if answered[i] {
+			continue
 		}
+		if err != nil && queued[i] {
+			b.errs[i] = fmt.Errorf("%w: the batch's transaction failed: %w", errUnavailable, err)
+		}
+		j.done <- b.errs[i]
 	}
-	if deadline.IsZero() {
-		answer(nil)
-		return
-	}
-	alone, wait := s.flights.enter()
-	fly := func() {
-		start := time.Now()
-		err := s.sendBatch(b, deadline)
-		s.flights.leave(time.Since(start), alone && err == nil)
-		answer(err)
-	}
-	if wait {
-		fly()
-		return
-	}
-	go fly()
+	return err
 }
 
 // The creates' statements, without an Idempotency-Key and with one

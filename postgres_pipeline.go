@@ -288,33 +288,38 @@ const pgFarFlight = 5 * time.Millisecond
 // of the clients answered last wait a round trip for the next. The
 // batches still commit one at a time, in the order they take the
 // catalog's lock, in the server: no lock waits on the network. To a near
-// primary (a batch alone took less than pgFarFlight) one batch at a time
-// gathers more writes for each commit. The loop waits in enter while the
-// gate is full, and the writes arriving meanwhile gather for the next.
+// primary (a batch alone took less than pgFarFlight) one batch flies at a
+// time. The writes that come while the gate is full wait in it, all
+// together, for the next flight that ends, and fly at once as one batch:
+// so the group commit's loop never waits, and the more flights are in the
+// air, the more writes each of the next carries.
 type pgFlightGate struct {
 	mu      sync.Mutex
 	cond    sync.Cond
-	max     int  // batches in flight at most, to a far primary; 0: pgMaxFlights
-	n       int  // batches in flight
-	far     bool // the last batch that flew alone took pgFarFlight or more
-	closing bool // drain was called: the batches fly one at a time, in the loop
+	max     int                   // batches in flight at most, to a far primary; 0: pgMaxFlights
+	n       int                   // batches in flight
+	far     bool                  // the last batch that flew alone took pgFarFlight or more
+	closing bool                  // drain was called: the batches fly in the loop
+	waiting []*writeJob[*pgBatch] // writes for the next flight
+	flown   int64                 // batches flown, for the metrics
 }
 
-// enter waits for a free place and takes it; alone reports whether no
-// other batch was in flight. Once the store closes (drain), it reports
-// wait: the batch flies in the loop, so that the loop ends after its
-// answers (groupCommitter.close).
-func (g *pgFlightGate) enter() (alone, wait bool) {
+// enter is a batch of jobs from the loop: now is what flies at once (nil:
+// they wait for the next flight), alone whether no other batch is in the
+// air, and wait that the store is closing, so it flies in the loop (which
+// then ends after its answers: groupCommitter.close).
+func (g *pgFlightGate) enter(jobs []*writeJob[*pgBatch]) (alone bool, now []*writeJob[*pgBatch], wait bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.cond.L == nil {
-		g.cond.L = &g.mu
+	if !g.closing && g.n >= g.limit() {
+		g.waiting = append(g.waiting, jobs...)
+		return false, nil, false
 	}
-	for g.n >= g.limit() {
-		g.cond.Wait()
-	}
+	jobs = append(g.waiting, jobs...) // what waited goes first
+	g.waiting = nil
 	g.n++
-	return g.n == 1, g.closing
+	g.flown++
+	return g.n == 1, jobs, g.closing
 }
 
 func (g *pgFlightGate) limit() int {
@@ -327,22 +332,35 @@ func (g *pgFlightGate) limit() int {
 	return pgMaxFlights
 }
 
-// leave gives the place back; a flight that flew alone tells how far the
-// primary is.
-func (g *pgFlightGate) leave(took time.Duration, alone bool) {
+// leave ends a flight that took took; one that flew alone tells how far
+// the primary is. It returns the writes that waited, to fly next, if any.
+func (g *pgFlightGate) leave(took time.Duration, alone bool) (next []*writeJob[*pgBatch], nextAlone bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.n--
 	if alone {
 		g.far = took >= pgFarFlight
 	}
+	if len(g.waiting) > 0 && (g.closing || g.n-1 < g.limit()) {
+		next, g.waiting = g.waiting, nil
+		g.flown++
+		return next, g.n == 1
+	}
+	g.n--
 	if g.cond.L != nil {
 		g.cond.Broadcast()
 	}
+	return nil, false
 }
 
-// drain waits until no batch is in flight, for the store's Close; the
-// batches after it fly in the loop.
+// flownCount is how many batches flew.
+func (g *pgFlightGate) flownCount() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.flown
+}
+
+// drain waits until no batch is in flight or waiting, for the store's
+// Close; the batches after it fly in the loop.
 func (g *pgFlightGate) drain() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
