@@ -76,23 +76,26 @@ const pgSchemaKey = "coalesce(to_regnamespace(current_schema())::oid::int4, 0)"
 // flight, with those that come meanwhile (pgFlightGate).
 func (s *pgStore) commitBatch(batch []*writeJob[*pgBatch]) {
 	jobs := slices.Clone(batch) // the loop reuses batch's array for the next
-	alone, now, wait := s.flights.enter(jobs)
+	now, wait := s.flights.enter(jobs)
 	switch {
 	case now == nil:
 	case wait:
-		s.flyBatches(now, alone)
+		s.flyBatches(now)
 	default:
-		go s.flyBatches(now, alone)
+		go s.flyBatches(now)
 	}
 }
 
 // flyBatches flies jobs, then the writes that waited meanwhile, as long as
 // there are some and the gate lets it.
-func (s *pgStore) flyBatches(jobs []*writeJob[*pgBatch], alone bool) {
+func (s *pgStore) flyBatches(jobs []*writeJob[*pgBatch]) {
 	for jobs != nil {
 		start := time.Now()
-		err := s.flyBatch(jobs)
-		jobs, alone = s.flights.leave(time.Since(start), alone && err == nil)
+		took := time.Duration(0)
+		if sent, err := s.flyBatch(jobs); sent && err == nil {
+			took = time.Since(start)
+		}
+		jobs = s.flights.leave(took)
 	}
 }
 
@@ -103,7 +106,7 @@ func (s *pgStore) flyBatches(jobs []*writeJob[*pgBatch], alone bool) {
 // transaction fails every write in it as errUnavailable. When the
 // connection breaks before COMMIT's answer, the writes may or may not have
 // been made: they are answered 503 too, as PostgreSQL cannot say.
-func (s *pgStore) flyBatch(batch []*writeJob[*pgBatch]) error {
+func (s *pgStore) flyBatch(batch []*writeJob[*pgBatch]) (sent bool, err error) {
 	b := &pgBatch{errs: make([]error, len(batch))}
 	queued := make([]bool, len(batch))
 	answered := make([]bool, len(batch))
@@ -132,8 +135,7 @@ func (s *pgStore) flyBatch(batch []*writeJob[*pgBatch]) error {
 			deadline = end
 		}
 	}
-	var err error
-	if !deadline.IsZero() {
+	if sent = !deadline.IsZero(); sent {
 		err = s.sendBatch(b, deadline)
 	}
 	for i, j := range batch {
@@ -145,7 +147,7 @@ func (s *pgStore) flyBatch(batch []*writeJob[*pgBatch]) error {
 		}
 		j.done <- b.errs[i]
 	}
-	return err
+	return sent, err
 }
 
 // The creates' statements, without an Idempotency-Key and with one

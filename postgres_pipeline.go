@@ -38,7 +38,7 @@ var (
 )
 
 // pgPreparedKey is where a connection's CustomData keeps the statements
-// prepared on it (map[*pgStmt]bool).
+// prepared on it, with their descriptions (map[*pgStmt]*pgconn.StatementDescription).
 const pgPreparedKey = "petstore prepared"
 
 // pgBinary asks for every parameter and result column in binary.
@@ -176,9 +176,9 @@ func (s *pgStore) sendBatch(b *pgBatch, deadline time.Time) error {
 // fail on the data. committed reports whether COMMIT answered so.
 func pgFlight(ctx context.Context, c *pgx.Conn, b *pgBatch) (committed bool, err error) {
 	pc, m := c.PgConn(), c.TypeMap()
-	prepared, _ := pc.CustomData()[pgPreparedKey].(map[*pgStmt]bool)
+	prepared, _ := pc.CustomData()[pgPreparedKey].(map[*pgStmt]*pgconn.StatementDescription)
 	if prepared == nil {
-		prepared = map[*pgStmt]bool{}
+		prepared = map[*pgStmt]*pgconn.StatementDescription{}
 		pc.CustomData()[pgPreparedKey] = prepared
 	}
 	// Encoded before anything is sent: an error then sends nothing.
@@ -196,12 +196,17 @@ func pgFlight(ctx context.Context, c *pgx.Conn, b *pgBatch) (committed bool, err
 	parsing := map[*pgStmt]bool{}
 	parsed := make([]bool, len(all)) // a Parse went before statement i
 	for i, q := range all {
-		if !prepared[q.stmt] && !parsing[q.stmt] {
+		sd := prepared[q.stmt]
+		if sd == nil && !parsing[q.stmt] {
 			parsing[q.stmt] = true
 			parsed[i] = true
 			p.SendPrepare(q.stmt.name, q.stmt.sql, enc[i].oids)
 		}
-		p.SendQueryPrepared(q.stmt.name, enc[i].vals, pgBinary, pgBinary)
+		if sd != nil { // its result's columns known: no Describe
+			p.SendQueryStatement(sd, enc[i].vals, pgBinary, pgBinary)
+		} else {
+			p.SendQueryPrepared(q.stmt.name, enc[i].vals, pgBinary, pgBinary)
+		}
 		if q.stmt == pgStmtCommit {
 			p.SendPipelineSync()
 		}
@@ -214,17 +219,15 @@ func pgFlight(ctx context.Context, c *pgx.Conn, b *pgBatch) (committed bool, err
 	for i, q := range all {
 		if parsed[i] {
 			res, err := p.GetResults()
-			if err == nil {
-				_, ok := res.(*pgconn.StatementDescription)
-				if !ok {
-					err = fmt.Errorf("prepare %s: unexpected %T", q.stmt.name, res)
-				}
+			sd, ok := res.(*pgconn.StatementDescription)
+			if err == nil && !ok {
+				err = fmt.Errorf("prepare %s: unexpected %T", q.stmt.name, res)
 			}
 			if err != nil {
 				p.Close()
 				return committed, err
 			}
-			prepared[q.stmt] = true
+			prepared[q.stmt] = sd
 		}
 		res, err := p.GetResults()
 		rr, ok := res.(*pgconn.ResultReader)
@@ -278,9 +281,17 @@ const (
 	pgFlightsLeave = 2
 )
 
-// pgFarFlight is how long a batch's flight takes, alone, to a primary
-// far enough that the next batch is sent before the answer comes.
-const pgFarFlight = 5 * time.Millisecond
+// pgFarFlight is how long the quickest of the recent flights (the last
+// pgFarWindow to 2 x pgFarWindow) takes to a primary far enough that the
+// next batch is sent before the answer comes. On one host, under load,
+// some flights take longer (a slow fsync, a wait for the lock), never all:
+// taking one flight alone that took 5 ms for a far primary made a loaded
+// host send 8 batches at once, each with fewer creates, which cost
+// unkeyed creates there half their rate.
+const (
+	pgFarFlight = 5 * time.Millisecond
+	pgFarWindow = 32
+)
 
 // pgFlightGate lets the group commit send its next batch while others are
 // in flight, to a far primary: there the round trip, not the database,
@@ -288,38 +299,40 @@ const pgFarFlight = 5 * time.Millisecond
 // of the clients answered last wait a round trip for the next. The
 // batches still commit one at a time, in the order they take the
 // catalog's lock, in the server: no lock waits on the network. To a near
-// primary (a batch alone took less than pgFarFlight) one batch flies at a
-// time. The writes that come while the gate is full wait in it, all
-// together, for the next flight that ends, and fly at once as one batch:
-// so the group commit's loop never waits, and the more flights are in the
-// air, the more writes each of the next carries.
+// primary (pgFarFlight) one batch flies at a time. The writes that come
+// while the gate is full wait in it, all together, for the next flight
+// that ends, and fly at once as one batch: so the group commit's loop
+// never waits, and the more flights are in the air, the more writes each
+// of the next carries.
 type pgFlightGate struct {
 	mu      sync.Mutex
 	cond    sync.Cond
 	max     int                   // batches in flight at most, to a far primary; 0: pgMaxFlights
 	n       int                   // batches in flight
-	far     bool                  // the last batch that flew alone took pgFarFlight or more
+	far     bool                  // the quickest recent flight took pgFarFlight or more
+	quick   [2]time.Duration      // the quickest flight of this window of pgFarWindow, and of the last
+	window  int                   // flights in this window
 	closing bool                  // drain was called: the batches fly in the loop
 	waiting []*writeJob[*pgBatch] // writes for the next flight
 	flown   int64                 // batches flown, for the metrics
 }
 
 // enter is a batch of jobs from the loop: now is what flies at once (nil:
-// they wait for the next flight), alone whether no other batch is in the
-// air, and wait that the store is closing, so it flies in the loop (which
-// then ends after its answers: groupCommitter.close).
-func (g *pgFlightGate) enter(jobs []*writeJob[*pgBatch]) (alone bool, now []*writeJob[*pgBatch], wait bool) {
+// they wait for the next flight), and wait that the store is closing, so
+// it flies in the loop (which then ends after its answers:
+// groupCommitter.close).
+func (g *pgFlightGate) enter(jobs []*writeJob[*pgBatch]) (now []*writeJob[*pgBatch], wait bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.closing && g.n >= g.limit() {
 		g.waiting = append(g.waiting, jobs...)
-		return false, nil, false
+		return nil, false
 	}
 	jobs = append(g.waiting, jobs...) // what waited goes first
 	g.waiting = nil
 	g.n++
 	g.flown++
-	return g.n == 1, jobs, g.closing
+	return jobs, g.closing
 }
 
 func (g *pgFlightGate) limit() int {
@@ -332,24 +345,37 @@ func (g *pgFlightGate) limit() int {
 	return pgMaxFlights
 }
 
-// leave ends a flight that took took; one that flew alone tells how far
-// the primary is. It returns the writes that waited, to fly next, if any.
-func (g *pgFlightGate) leave(took time.Duration, alone bool) (next []*writeJob[*pgBatch], nextAlone bool) {
+// leave ends a flight that took took (0: it failed, which says nothing of
+// the distance): the quickest of the recent flights is the round trip to
+// the primary or more (a flight may wait for the catalog's lock, or for a
+// loaded machine), never less. It returns the writes that waited, to fly
+// next, if any.
+func (g *pgFlightGate) leave(took time.Duration) (next []*writeJob[*pgBatch]) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if alone {
-		g.far = took >= pgFarFlight
+	if took > 0 {
+		if g.window == 0 || took < g.quick[0] {
+			g.quick[0] = took
+		}
+		if g.window++; g.window == pgFarWindow {
+			g.quick[1], g.window = g.quick[0], 0
+		}
+		quickest := g.quick[0]
+		if g.quick[1] > 0 {
+			quickest = min(quickest, g.quick[1])
+		}
+		g.far = quickest >= pgFarFlight
 	}
 	if len(g.waiting) > 0 && (g.closing || g.n-1 < g.limit()) {
 		next, g.waiting = g.waiting, nil
 		g.flown++
-		return next, g.n == 1
+		return next
 	}
 	g.n--
 	if g.cond.L != nil {
 		g.cond.Broadcast()
 	}
-	return nil, false
+	return nil
 }
 
 // flownCount is how many batches flew.
