@@ -227,6 +227,7 @@ func pgFlight(ctx context.Context, c *pgx.Conn, b *pgBatch) (committed bool, err
 				p.Close()
 				return committed, err
 			}
+			sd.Name, sd.SQL = q.stmt.name, q.stmt.sql // a Prepare's answer names nothing
 			prepared[q.stmt] = sd
 		}
 		res, err := p.GetResults()
