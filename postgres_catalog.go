@@ -90,12 +90,7 @@ func (s *pgStore) commitBatch(batch []*writeJob[*pgBatch]) {
 // there are some and the gate lets it.
 func (s *pgStore) flyBatches(jobs []*writeJob[*pgBatch]) {
 	for jobs != nil {
-		start := time.Now()
-		took := time.Duration(0)
-		if sent, err := s.flyBatch(jobs); sent && err == nil {
-			took = time.Since(start)
-		}
-		jobs = s.flights.leave(took)
+		jobs = s.flights.leave(s.flyBatch(jobs))
 	}
 }
 
@@ -106,7 +101,9 @@ func (s *pgStore) flyBatches(jobs []*writeJob[*pgBatch]) {
 // transaction fails every write in it as errUnavailable. When the
 // connection breaks before COMMIT's answer, the writes may or may not have
 // been made: they are answered 503 too, as PostgreSQL cannot say.
-func (s *pgStore) flyBatch(batch []*writeJob[*pgBatch]) (sent bool, err error) {
+//
+// It returns the round trip that the flight measured (0: none).
+func (s *pgStore) flyBatch(batch []*writeJob[*pgBatch]) (rtt time.Duration) {
 	b := &pgBatch{errs: make([]error, len(batch))}
 	queued := make([]bool, len(batch))
 	answered := make([]bool, len(batch))
@@ -135,7 +132,8 @@ func (s *pgStore) flyBatch(batch []*writeJob[*pgBatch]) (sent bool, err error) {
 			deadline = end
 		}
 	}
-	if sent = !deadline.IsZero(); sent {
+	var err error
+	if !deadline.IsZero() {
 		err = s.sendBatch(b, deadline)
 	}
 	for i, j := range batch {
@@ -147,7 +145,7 @@ func (s *pgStore) flyBatch(batch []*writeJob[*pgBatch]) (sent bool, err error) {
 		}
 		j.done <- b.errs[i]
 	}
-	return sent, err
+	return b.rtt
 }
 
 // The creates' statements, without an Idempotency-Key and with one

@@ -52,6 +52,10 @@ type pgBatch struct {
 	job    int     // the index of the write queuing now
 	pos    uint64  // the primary's position after the COMMIT (postgres_replica.go); 0: unknown
 	found  []*idemAnswer
+	// rtt is how long BEGIN's answer took, which the server sends at once
+	// (a Flush follows it): the round trip to the primary, with no wait
+	// for the lock or the commit in it (pgFlightGate); 0: unknown.
+	rtt time.Duration
 }
 
 // pgQueued is one statement of a batch and what reads its one row.
@@ -207,7 +211,10 @@ func pgFlight(ctx context.Context, c *pgx.Conn, b *pgBatch) (committed bool, err
 		} else {
 			p.SendQueryPrepared(q.stmt.name, enc[i].vals, pgBinary, pgBinary)
 		}
-		if q.stmt == pgStmtCommit {
+		switch q.stmt {
+		case pgStmtBegin:
+			p.SendFlushRequest()
+		case pgStmtCommit:
 			p.SendPipelineSync()
 		}
 	}
@@ -215,6 +222,7 @@ func pgFlight(ctx context.Context, c *pgx.Conn, b *pgBatch) (committed bool, err
 		p.Close()
 		return false, err
 	}
+	sent := time.Now()
 	var pos int64
 	for i, q := range all {
 		if parsed[i] {
@@ -255,6 +263,9 @@ func pgFlight(ctx context.Context, c *pgx.Conn, b *pgBatch) (committed bool, err
 			p.Close()
 			return false, err
 		}
+		if q.stmt == pgStmtBegin {
+			b.rtt = time.Since(sent)
+		}
 		if q.stmt == pgStmtCommit {
 			committed = true
 			if _, err := p.GetResults(); err != nil { // its Sync
@@ -282,13 +293,13 @@ const (
 	pgFlightsLeave = 2
 )
 
-// pgFarFlight is how long the quickest of the recent flights (the last
-// pgFarWindow to 2 x pgFarWindow) takes to a primary far enough that the
-// next batch is sent before the answer comes. On one host, under load,
-// some flights take longer (a slow fsync, a wait for the lock), never all:
-// taking one flight alone that took 5 ms for a far primary made a loaded
-// host send 8 batches at once, each with fewer creates, which cost
-// unkeyed creates there half their rate.
+// pgFarFlight is the round trip (the quickest of the recent flights' BEGIN
+// answers, pgBatch.rtt: the last pgFarWindow to 2 x pgFarWindow) to a
+// primary far enough that the next batch is sent before the answer comes.
+// Not a whole flight's time: on one host under load a batch's statements
+// and commit took 5 ms, and taken for a far primary they made it send 8
+// batches at once, each with fewer creates, which cost creates there up to
+// half their rate.
 const (
 	pgFarFlight = 5 * time.Millisecond
 	pgFarWindow = 32
@@ -310,8 +321,8 @@ type pgFlightGate struct {
 	cond    sync.Cond
 	max     int                   // batches in flight at most, to a far primary; 0: pgMaxFlights
 	n       int                   // batches in flight
-	far     bool                  // the quickest recent flight took pgFarFlight or more
-	quick   [2]time.Duration      // the quickest flight of this window of pgFarWindow, and of the last
+	far     bool                  // the quickest recent round trip took pgFarFlight or more
+	quick   [2]time.Duration      // the quickest round trip of this window of pgFarWindow, and of the last
 	window  int                   // flights in this window
 	closing bool                  // drain was called: the batches fly in the loop
 	waiting []*writeJob[*pgBatch] // writes for the next flight
@@ -346,11 +357,10 @@ func (g *pgFlightGate) limit() int {
 	return pgMaxFlights
 }
 
-// leave ends a flight that took took (0: it failed, which says nothing of
-// the distance): the quickest of the recent flights is the round trip to
-// the primary or more (a flight may wait for the catalog's lock, or for a
-// loaded machine), never less. It returns the writes that waited, to fly
-// next, if any.
+// leave ends a flight that measured the round trip took (0: none): the
+// quickest of the recent ones is the round trip to the primary, or more
+// on a loaded machine, never less. It returns the writes that waited, to
+// fly next, if any.
 func (g *pgFlightGate) leave(took time.Duration) (next []*writeJob[*pgBatch]) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
