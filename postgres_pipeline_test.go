@@ -161,3 +161,63 @@ func TestPostgresCreateEmptyValues(t *testing.T) {
 		}
 	}
 }
+
+// TestPgFlightGate: to a near primary one batch flies at a time and the
+// writes that come meanwhile fly together when it lands; to a far one (the
+// quickest recent round trip 5 ms or more) up to max at once; one quick
+// round trip in the window keeps a loaded near host near; after drain
+// every batch flies in the loop. No database needed.
+func TestPgFlightGate(t *testing.T) {
+	job := func() []*writeJob[*pgBatch] { return []*writeJob[*pgBatch]{{}} }
+	g := &pgFlightGate{max: 3}
+	if now, wait := g.enter(job()); len(now) != 1 || wait {
+		t.Fatalf("the first batch: %d jobs fly, wait %v", len(now), wait)
+	}
+	for range 2 {
+		if now, _ := g.enter(job()); now != nil {
+			t.Fatal("near: a second batch flew while one was in the air")
+		}
+	}
+	if next := g.leave(time.Millisecond); len(next) != 2 {
+		t.Fatalf("near: %d writes flew when the batch landed, want the 2 that waited", len(next))
+	}
+	if next := g.leave(time.Millisecond); next != nil || g.n != 0 {
+		t.Fatalf("near: %d in the air after both landed, %d flew", g.n, len(next))
+	}
+	// Far: round trips of 40 ms (a gate of its own: the 1 ms ones above
+	// stay in the window).
+	g = &pgFlightGate{max: 3}
+	g.enter(job())
+	g.leave(40 * time.Millisecond)
+	for i := range 3 {
+		if now, _ := g.enter(job()); now == nil {
+			t.Fatalf("far: batch %d waited with %d in the air, max 3", i+1, g.n)
+		}
+	}
+	if now, _ := g.enter(job()); now != nil {
+		t.Fatal("far: a fourth batch flew, max 3")
+	}
+	if next := g.leave(40 * time.Millisecond); len(next) != 1 {
+		t.Fatalf("far: %d flew when one landed, want the one that waited", len(next))
+	}
+	for range 3 {
+		g.leave(40 * time.Millisecond)
+	}
+	// A loaded near host: round trips of 6 ms but for one of 1 ms stay near.
+	g = &pgFlightGate{max: 3}
+	for i := range pgFarWindow {
+		g.enter(job())
+		rtt := 6 * time.Millisecond
+		if i == 5 {
+			rtt = time.Millisecond
+		}
+		g.leave(rtt)
+	}
+	if g.far {
+		t.Error("a host whose quickest round trip in the window was 1 ms is taken for far")
+	}
+	g.drain()
+	if now, wait := g.enter(job()); now == nil || !wait {
+		t.Errorf("after drain: a batch flies %v, in the loop %v; want both", now != nil, wait)
+	}
+}
