@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestPostgresConnConfig: how the pool's and the lock connections are made
+// TestPostgresConnConfig: how the pool's and the ACME lock's connections are made
 // (DECISIONS.md section 19). With several hosts and no
 // target_session_attrs, only to a read-write one; 2 s per host without a
 // connect_timeout, the URL's when it has one, never more than the busy

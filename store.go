@@ -141,8 +141,8 @@ type keyStore interface {
 
 // idemStore is the answers kept for Idempotency-Keys (idempotency.go).
 type idemStore interface {
-	// BeginIdempotent is the start of a keyed create, on a store that
-	// several instances share: it returns the answer stored for r's key
+	// BeginIdempotent is the start of a keyed create on a store that does
+	// not IdemWaits: it returns the answer stored for r's key
 	// after r.Since, or nil when there is none, and then marks the key
 	// running until EndIdempotent, or until this process or its
 	// connection dies; a key that another live request's mark holds is
