@@ -76,6 +76,9 @@ type acmeCerts struct {
 	// challenges refused; serve sets it before run, and a nil one counts
 	// nothing.
 	metrics *serverMetrics
+	// tracer makes a trace of each attempt at a certificate; serve sets
+	// it before run, and a nil one makes none.
+	tracer *tracer
 	// limits is the limit of requests without a key that every challenge
 	// lookup goes through, by client address (proxies: whose
 	// X-Forwarded-For is believed on the plain listener); serve sets it
@@ -232,13 +235,20 @@ func (c *acmeCerts) attempt(ctx context.Context, d *acmeDomain) (m *autocert.Man
 		c.log.Info("no certificate in the database; asking the ACME CA for one", "name", d.name, "directory", c.dir)
 	}
 	watch := &challengeWatch{base: c.transport}
+	sp := c.tracer.acmeSpan(d.name)
+	defer func() {
+		if err != nil {
+			sp.fail()
+		}
+		sp.finish()
+	}()
 	m = &autocert.Manager{
 		Prompt:     autocert.AcceptTOS,
 		Cache:      c.cache,
 		HostPolicy: autocert.HostWhitelist(d.name),
 		Email:      c.email,
 		Client: &acme.Client{Key: key, DirectoryURL: c.dir, UserAgent: "petstore",
-			HTTPClient: &http.Client{Transport: watch, Timeout: time.Minute}},
+			HTTPClient: &http.Client{Transport: traceCA(sp, watch), Timeout: time.Minute}},
 	}
 	if c.http01 {
 		m.HTTPHandler(nil) // only to make the Manager offer HTTP-01; challenges answers it

@@ -1,12 +1,11 @@
-// areas.go owns what marks the API's areas: the stability header of the
-// beta pets and experimental store areas, and the deprecation, sunset and
-// successor of GET /v1/pets/{petId}.
+// areas.go owns the API's areas and what marks them: each area's paths
+// and stability (one place), the stability header, and the deprecation,
+// sunset and successor of GET /v1/pets/{petId}.
 
 package main
 
 import (
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -45,40 +44,72 @@ func sunset(d deprecation, now func() time.Time, next http.Handler) http.Handler
 	})
 }
 
-// unescapeSegments undoes the escapes of an escaped path but for "/", which
-// stays %2F inside its segment: the path as the router matches it, so that
-// /v1/p%65ts/1 gets the headers of the operation it reaches.
-func unescapeSegments(p string) string {
-	segs := strings.Split(p, "/")
-	for i, s := range segs {
-		if u, err := url.PathUnescape(s); err == nil {
-			segs[i] = strings.ReplaceAll(u, "/", "%2F")
+// apiArea is a part of the API with a stability of its own: the one
+// place that says it. areaHeaders marks its answers with it, and
+// openapi.go its operations (x-stability, the X-API-Stability header, and
+// the area's copies of the shared responses).
+type apiArea struct {
+	prefix    string // its paths: prefix, and what lies under it
+	stability string // stable, beta (may change with notice) or experimental (may change without)
+	component string // the prefix of its copies of the document's shared responses (PetsNotFound); "" for a stable area, which uses the plain ones
+}
+
+// The API's areas; every API route has one.
+var (
+	areaCategories = &apiArea{prefix: "/v1/categories", stability: "stable"}
+	areaPets       = &apiArea{prefix: "/v1/pets", stability: "beta", component: "Pets"}
+	areaStore      = &apiArea{prefix: "/v1/store", stability: "experimental", component: "Store"}
+	areaDocument   = &apiArea{prefix: "/v1/openapi.json", stability: "stable"}
+	apiAreas       = []*apiArea{areaCategories, areaPets, areaStore, areaDocument}
+)
+
+// holds reports whether path is in the area.
+func (a *apiArea) holds(path string) bool {
+	rest, ok := strings.CutPrefix(path, a.prefix)
+	return ok && (rest == "" || rest[0] == '/')
+}
+
+// areaOf returns the area that path is in, or nil.
+func areaOf(path string) *apiArea {
+	for _, a := range apiAreas {
+		if a.holds(path) {
+			return a
 		}
 	}
-	return strings.Join(segs, "/")
+	return nil
 }
 
 // areaHeaders marks the responses of the API's areas, errors included:
-// X-API-Stability on the beta pets and experimental store areas, and the
-// deprecation headers on GET /v1/pets/{petId}. It runs before the limiter,
+// X-API-Stability on an area that is not stable, and the deprecation
+// headers on a deprecated route's. The area is the one the path is in,
+// which is the area of every route there (TestRouteFacts); in an area
+// with a deprecated route it asks the router which route the request
+// takes (a PATCH beside a deprecated GET is not deprecated, nor is a
+// request that no route takes: a 404, a 405). It runs before the limiter,
 // so a 429 carries them too.
-func areaHeaders(d deprecation) func(http.Handler) http.Handler {
+func areaHeaders(d deprecation, rt *router) func(http.Handler) http.Handler {
+	// The value of X-API-Stability by area, made once (none for a stable
+	// one), and the areas that have a deprecated route.
+	stability, deprecates := map[*apiArea][]string{}, map[*apiArea]bool{}
+	for _, a := range apiAreas {
+		if a.stability != "stable" {
+			stability[a] = []string{a.stability}
+		}
+	}
+	for _, f := range rt.facts {
+		deprecates[f.area] = deprecates[f.area] || f.deprecated
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			p := r.URL.EscapedPath() // so that an escaped "/" stays inside its segment
-			if strings.IndexByte(p, '%') >= 0 {
-				p = unescapeSegments(p)
-			}
-			switch {
-			case p == "/v1/pets" || strings.HasPrefix(p, "/v1/pets/"):
-				w.Header().Set("X-API-Stability", "beta")
-				// Only for a path the router takes to GET /v1/pets/{petId}: not
-				// for "." or ".." segments, which it answers with 404.
-				if rest := strings.TrimPrefix(p, "/v1/pets/"); rest != p && rest != "" && !strings.Contains(rest, "/") && isCanonicalPath(r.URL.Path) {
-					d.headers(w.Header())
+			if a := areaOf(r.URL.Path); a != nil {
+				if v := stability[a]; v != nil {
+					w.Header()["X-Api-Stability"] = v
 				}
-			case p == "/v1/store" || strings.HasPrefix(p, "/v1/store/"):
-				w.Header().Set("X-API-Stability", "experimental")
+				if deprecates[a] {
+					if m := rt.match(r); m != nil && m.deprecated {
+						d.headers(w.Header())
+					}
+				}
 			}
 			next.ServeHTTP(w, r)
 		})

@@ -37,6 +37,12 @@ func benchServer(b testing.TB) (http.Handler, string, *sqliteStore) {
 // benchHandler is benchServer's handler on store, which it fills.
 func benchHandler(b testing.TB, store Store) (http.Handler, string) {
 	b.Helper()
+	return benchHandlerTraced(b, store, nil)
+}
+
+// benchHandlerTraced is benchHandler with tracing by tr (nil: off).
+func benchHandlerTraced(b testing.TB, store Store, tr *tracer) (http.Handler, string) {
+	b.Helper()
 	secret := newKeySecret("production")
 	if _, err := store.CreateKey(context.Background(), keySpec{Hash: hashKey(secret), Name: "bench", Plan: "enterprise", RPM: 100_000_000, RPD: 100_000_000_000, Env: "production"}); err != nil {
 		b.Fatal(err)
@@ -55,7 +61,7 @@ func benchHandler(b testing.TB, store Store) (http.Handler, string) {
 	}
 	cfg := serveConfig{env: "production", publicURL: "http://localhost:8080/v1", busyTimeout: defaultBusyTimeout,
 		petsDeprecatedAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), petsSunsetAt: time.Date(2027, 7, 1, 0, 0, 0, 0, time.UTC)}
-	h := newServer(newLogger("text", 0, io.Discard), newRequestLog("text", 0, &logWriter{w: io.Discard}), store, newReadiness(store, time.Now), newIdempotency(store, defaultIdemTTL, time.Now), keys, lim, newServerMetrics(lim, store), cfg, nil)
+	h := newServer(newLogger("text", 0, io.Discard), newRequestLog("text", 0, &logWriter{w: io.Discard}), traceCatalog(store, tr, false), newReadiness(store, time.Now), newIdempotency(store, defaultIdemTTL, time.Now), keys, lim, newServerMetrics(lim, store), cfg, nil, tr)
 	return h, secret
 }
 

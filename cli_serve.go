@@ -75,6 +75,8 @@ type serveConfig struct {
 	idleTimeout       time.Duration
 	logFormat         string
 	logLevel          slog.Level
+
+	trace traceConfig // tracing's flags and variables (trace_config.go)
 }
 
 // validate checks the configuration as the flags gave it, naming the first
@@ -221,7 +223,11 @@ func parseServe(args []string, getenv func(string) string, stdout io.Writer) (se
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format, `"+strings.Join(logFormats, "|")+"`")
 	cfg.logLevel = slog.LevelInfo
 	fs.Var(levelFlag{&cfg.logLevel}, "log-level", "log level, `"+strings.Join(logLevelNames(), "|")+"`")
+	cfg.trace.flags(fs)
 	if _, err := parseFlags(fs, args, getenv, stdout, 0); err != nil {
+		return serveConfig{}, err
+	}
+	if err := cfg.trace.resolve(getenv); err != nil {
 		return serveConfig{}, err
 	}
 	fs.Visit(func(f *flag.Flag) { cfg.publicURLSet = cfg.publicURLSet || f.Name == "public-url" })

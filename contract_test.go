@@ -54,7 +54,7 @@ func TestDocumentEnumsMatchTables(t *testing.T) {
 // response that is a $ref to components.responses is written out.
 func servedDocument(t *testing.T, inline bool) []byte {
 	t.Helper()
-	doc, err := openAPIDocument("http://localhost:8080/v1", "production")
+	doc, err := openAPIDocument("http://localhost:8080/v1", "production", apiDocOps())
 	if err == nil && inline {
 		doc, err = inlineResponses(doc)
 	}
@@ -112,7 +112,7 @@ func TestRoutesMatchDocument(t *testing.T) {
 // TestContractCatchesMismatches feeds the checker exchanges that break the
 // document, to show that it can fail.
 func TestContractCatchesMismatches(t *testing.T) {
-	doc, err := openAPIDocument("http://localhost:8080/v1", "production")
+	doc, err := openAPIDocument("http://localhost:8080/v1", "production", apiDocOps())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +382,7 @@ func TestHeadMatchesGet(t *testing.T) {
 			t.Fatalf("POST %s: %d %s", w.path, r.status, r.body)
 		}
 	}
-	doc, err := openAPIDocument("http://localhost:8080/v1", "production")
+	doc, err := openAPIDocument("http://localhost:8080/v1", "production", apiDocOps())
 	if err != nil {
 		t.Fatal(err)
 	}

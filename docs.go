@@ -58,9 +58,9 @@ type docsAsset struct {
 func docsRoutes() []route {
 	assets := sync.OnceValues(loadDocsAssets)
 	return []route{
-		{"GET /docs", serveDocsAsset(assets, func(*http.Request) string { return "" })},
-		{"GET /docs/{$}", http.HandlerFunc(redirectToDocs)},
-		{"GET /docs/{file}", serveDocsAsset(assets, func(r *http.Request) string { return r.PathValue("file") })},
+		{pattern: "GET /docs", handler: serveDocsAsset(assets, func(*http.Request) string { return "" })},
+		{pattern: "GET /docs/{$}", handler: http.HandlerFunc(redirectToDocs)},
+		{pattern: "GET /docs/{file}", handler: serveDocsAsset(assets, func(r *http.Request) string { return r.PathValue("file") })},
 	}
 }
 

@@ -1,7 +1,8 @@
-// groupcommit.go owns the group commit: the creates waiting at once share
-// one transaction and one durable commit, and each is answered only after
-// that commit. The loop is the same for both stores; each store brings the
-// commit of a batch (sqliteCommit, pgStore.commitBatch).
+// groupcommit.go owns the group commit: the writes waiting at once share
+// one transaction and one durable commit, and each is answered with its
+// own outcome only after that commit. The loop is the same for both
+// stores; each store brings the commit of a batch (sqliteCommit,
+// pgStore.commitBatch).
 
 package main
 
@@ -29,10 +30,12 @@ type writeJob[T any] struct {
 // groupCommitter runs the API's writes, gathering the ones waiting at the
 // moment into one batch, which commit writes in one transaction, so that one
 // durable commit (an fsync) covers the whole batch before any of it is
-// answered. commit must answer every job of the batch; a write that fails
-// on its own (a conflict) fails alone, and a failure that may have cost the
-// transaction fails the whole batch, none of which was answered yet, as
-// errUnavailable, which is safe to retry.
+// answered. commit must answer every job of the batch with its own
+// outcome: made (nil), or refused, not found or precondition failed
+// (isOwnOutcome, store.go), each of which fails that write alone, so that
+// no write's answer depends on another's; only a failure that may have
+// cost the transaction fails the whole batch, none of which was answered
+// yet, as errUnavailable, which is safe to retry.
 type groupCommitter[T any] struct {
 	commit   func(batch []*writeJob[T])
 	jobs     chan *writeJob[T]
@@ -54,6 +57,7 @@ func newGroupCommitter[T any](commit func(batch []*writeJob[T])) *groupCommitter
 // is committed (and fn's work durable) or has failed.
 func (g *groupCommitter[T]) write(ctx context.Context, fn func(tx T) error) error {
 	job := &writeJob[T]{ctx: ctx, run: fn, done: make(chan error, 1), start: time.Now()}
+	defer traceGroupCommit(ctx, job.start)
 	select {
 	case g.jobs <- job:
 	case <-g.stop:

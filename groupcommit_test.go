@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestGroupCommitIsolatesFailures sends creates at once so that they share
@@ -235,4 +237,75 @@ func TestWriterPageCache(t *testing.T) {
 	if count != n || pages < 4*512*1024/4096 {
 		t.Errorf("%d rows in %d pages, want %d rows in more than four times the writer's cache", count, pages, n)
 	}
+}
+
+// TestGroupCommitNotFoundFailsAlone runs one batch through each store's
+// commit: a create, a change of a row that does not exist, a create. The
+// change's own outcome is errNotFound, and its neighbours are made: no
+// write's answer depends on another's (PostgreSQL's with
+// PETSTORE_TEST_POSTGRES).
+func TestGroupCommitNotFoundFailsAlone(t *testing.T) {
+	ctx := context.Background()
+	check := func(t *testing.T, errs []error, count func() int) {
+		t.Helper()
+		if errs[0] != nil || errs[2] != nil || !errors.Is(errs[1], errNotFound) {
+			t.Errorf("answers %v, want nil, errNotFound, nil: a not-found must fail its write alone", errs)
+		}
+		if n := count(); n != 2 {
+			t.Errorf("%d of the two creates made", n)
+		}
+	}
+	t.Run("sqlite", func(t *testing.T) {
+		s := testStore(t, filepath.Join(t.TempDir(), "n.db"), true)
+		insert := func(name string) func(tx *sqliteBatchTx) error {
+			return func(tx *sqliteBatchTx) error {
+				_, err := tx.Exec("INSERT INTO categories (name, fold) VALUES (?, ?)", name, name)
+				return err
+			}
+		}
+		missing := func(tx *sqliteBatchTx) error {
+			return sqliteChangeRow(tx, func(row *sql.Row) error { var id int64; return row.Scan(&id) },
+				"UPDATE categories SET description = 'x' WHERE id = ? RETURNING id", 999)
+		}
+		errs := runBatch(sqliteCommit(s.w), insert("a"), missing, insert("b"))
+		check(t, errs, func() int {
+			var n int
+			s.r.QueryRow("SELECT count(*) FROM categories WHERE name IN ('a', 'b')").Scan(&n)
+			return n
+		})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		s := openTestStore(t, postgresSchema(t, needPostgres(t))).(*pgStore)
+		insert := func(name string) func(b *pgBatch) error {
+			return func(b *pgBatch) error {
+				b.queue(pgStmtOf("INSERT INTO categories (name, fold, name_cmp) VALUES ($1, $1, $1)"), nil, name)
+				return nil
+			}
+		}
+		missing := func(b *pgBatch) error {
+			b.changeRow(func(row pgx.Row) error { var id int64; return row.Scan(&id) },
+				"UPDATE categories SET description = 'x' WHERE id = $1 RETURNING id", 999)
+			return nil
+		}
+		errs := runBatch(s.commitBatch, insert("a"), missing, insert("b"))
+		check(t, errs, func() int {
+			var n int
+			s.pool.QueryRow(ctx, "SELECT count(*) FROM categories WHERE name IN ('a', 'b')").Scan(&n)
+			return n
+		})
+	})
+}
+
+// runBatch hands writes to commit as one batch and returns their answers.
+func runBatch[T any](commit func([]*writeJob[T]), writes ...func(T) error) []error {
+	batch := make([]*writeJob[T], len(writes))
+	for i, w := range writes {
+		batch[i] = &writeJob[T]{ctx: context.Background(), run: w, done: make(chan error, 1), start: time.Now()}
+	}
+	commit(batch)
+	errs := make([]error, len(batch))
+	for i, j := range batch {
+		errs[i] = <-j.done
+	}
+	return errs
 }

@@ -199,10 +199,17 @@ func startServerIn(t *testing.T, parent context.Context, db, key string, args ..
 // test failed. done gets run's result, for a start that fails.
 func serveInBackground(t *testing.T, parent context.Context, args []string) (stderr *syncBuffer, done <-chan error, stop func()) {
 	t.Helper()
+	return serveInBackgroundEnv(t, parent, args, nil)
+}
+
+// serveInBackgroundEnv is serveInBackground with env as the environment
+// run reads (the OTEL_* variables, say).
+func serveInBackgroundEnv(t *testing.T, parent context.Context, args []string, env map[string]string) (stderr *syncBuffer, done <-chan error, stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(parent)
 	stderr = &syncBuffer{}
 	result := make(chan error, 1)
-	go func() { result <- run(ctx, args, envFrom(nil), io.Discard, stderr) }()
+	go func() { result <- run(ctx, args, envFrom(env), io.Discard, stderr) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
@@ -240,7 +247,7 @@ func contractClient(t *testing.T, args []string) *http.Client {
 			env = args[i+1]
 		}
 	}
-	doc, err := openAPIDocument(publicURL, env)
+	doc, err := openAPIDocument(publicURL, env, apiDocOps())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -877,3 +884,7 @@ func createKeyJSON(t *testing.T, db string, args ...string) keyView {
 	}
 	return v
 }
+
+// apiDocOps is the facts of the API's route table as the document takes
+// them, for the tests that make the document themselves.
+func apiDocOps() map[string]docOp { return docOps(apiRoutes(nil, nil, serveConfig{})) }

@@ -43,7 +43,7 @@ func TestHealthReadyAndOpenAPI(t *testing.T) {
 	}
 	// The contract checker validates against openAPIDocument's output: it
 	// must be what the server serves, to the byte.
-	if want, _ := openAPIDocument("https://api.example.test/v1", "production"); !bytes.Equal(r.body, want) {
+	if want, _ := openAPIDocument("https://api.example.test/v1", "production", apiDocOps()); !bytes.Equal(r.body, want) {
 		t.Errorf("served document differs from openAPIDocument's")
 	}
 	for _, op := range []string{"get", "post"} {
@@ -51,8 +51,9 @@ func TestHealthReadyAndOpenAPI(t *testing.T) {
 			t.Errorf("no %s /categories in the document", op)
 		}
 	}
-	// But for its servers and the HEAD made of each GET, the served
-	// document is openapi.json, every number exact (an int64's maximum is
+	// But for its servers, the route table's facts (addStandardHeaders)
+	// and the HEAD made of each GET, the served document is openapi.json,
+	// every number exact (an int64's maximum is
 	// no float64) and every string alike, in ASCII as the file is: a
 	// pattern's bidi controls and invisible characters are escapes, not
 	// characters that reorder or hide the text around them where the
@@ -75,8 +76,12 @@ func TestHealthReadyAndOpenAPI(t *testing.T) {
 		}
 		delete(item, "head")
 	}
-	if !reflect.DeepEqual(served, undecided(openAPISource)) {
-		t.Errorf("the served document is not openapi.json")
+	source := undecided(openAPISource)
+	if err := addStandardHeaders(source, apiDocOps()); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(served, source) {
+		t.Errorf("the served document is not openapi.json with the route table's facts")
 	}
 	if i := bytes.IndexFunc(r.body, func(r rune) bool { return r >= utf8.RuneSelf }); i >= 0 {
 		t.Errorf("the served document has a character outside ASCII at byte %d: %q", i, r.body[i:min(i+20, len(r.body))])
@@ -88,12 +93,12 @@ func TestHealthReadyAndOpenAPI(t *testing.T) {
 // with the same ETags on every start, so that a client's cached copy
 // stays valid across restarts and among instances.
 func TestOpenAPIDocumentStable(t *testing.T) {
-	first, err := serveOpenAPI("http://localhost:8080/v1", "production")
+	first, err := serveOpenAPI("http://localhost:8080/v1", "production", apiDocOps())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 10 { // a map ranged in another order each time must not show
-		again, err := serveOpenAPI("http://localhost:8080/v1", "production")
+		again, err := serveOpenAPI("http://localhost:8080/v1", "production", apiDocOps())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,7 +119,7 @@ func TestOpenAPIETagAndGzip(t *testing.T) {
 	ts := startServer(t)
 	plain := ts.do(t, "GET", "/v1/openapi.json", "", "", "Accept-Encoding", "identity")
 	gz := ts.do(t, "GET", "/v1/openapi.json", "", "", "Accept-Encoding", "br;q=1, gzip;q=0.5")
-	want, err := openAPIDocument("http://localhost:8080/v1", "production")
+	want, err := openAPIDocument("http://localhost:8080/v1", "production", apiDocOps())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,8 @@
 // in acme.go's challenges, TLS-ALPN-01 here) go through the limit of
 // requests without a key of their client address, and one that found
 // nothing is remembered for a second per address; /readyz's view of the
-// database is at most a second old however often it is asked.
+// database is at most a second old however often it is asked, and comes
+// within readyWait however slow the database is.
 
 package main
 
@@ -134,11 +135,21 @@ func connAddr(c net.Conn) netip.Addr {
 	return ap.Addr()
 }
 
+// readyWait bounds how long /readyz waits for a ping under way: past it,
+// it answers from the state kept (DECISIONS.md section 21: within 100 ms,
+// also while the primary does not answer).
+const readyWait = 80 * time.Millisecond
+
+// errNotAnswering is /readyz's state while a ping has gone unanswered for
+// keylessFor: a frozen primary is not ready.
+var errNotAnswering = fmt.Errorf("%w: the database has not answered a ping for %v", errUnavailable, keylessFor)
+
 // readiness is /readyz's view of the database, shared by the API and admin
 // listeners: one ping at a time, its answer kept for keylessFor, so that
 // however often /readyz is asked the database sees about one ping a second
 // from it, and a failure (or the return) shows within a second and the
-// ping's own wait.
+// ping's own wait, or a second more when the ping goes unanswered.
+// Before the first ping's answer the state is the store's opening: ready.
 type readiness struct {
 	store healthStore
 	now   func() time.Time
@@ -147,6 +158,7 @@ type readiness struct {
 	at      time.Time     // when the last finished ping began; zero: none yet
 	err     error         // its answer
 	pinging chan struct{} // closed when the ping under way ends; nil: none
+	since   time.Time     // when it began, by the wall clock (not now: a test's clock may stand)
 }
 
 func newReadiness(store healthStore, now func() time.Time) *readiness {
@@ -154,9 +166,11 @@ func newReadiness(store healthStore, now func() time.Time) *readiness {
 }
 
 // check returns the database's state as of at most keylessFor ago: the
-// last ping's answer, or a new ping's, which the requests that ask
-// meanwhile wait for and share. A request that goes away stops waiting;
-// the ping does not end with it.
+// last ping's answer, or a new ping's when it comes within readyWait; else
+// the last state, or errNotAnswering once the ping under way is
+// keylessFor old. The ping runs on its own: a request that goes away or
+// stops waiting does not end it, and the requests that ask meanwhile
+// share it.
 func (rd *readiness) check(ctx context.Context) error {
 	rd.mu.Lock()
 	if age := rd.now().Sub(rd.at); !rd.at.IsZero() && age >= 0 && age < keylessFor {
@@ -164,29 +178,42 @@ func (rd *readiness) check(ctx context.Context) error {
 		rd.mu.Unlock()
 		return err
 	}
-	if ch := rd.pinging; ch != nil {
-		rd.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		rd.mu.Lock()
-		defer rd.mu.Unlock()
-		return rd.err
+	ch := rd.pinging
+	if ch == nil {
+		ch = make(chan struct{})
+		rd.pinging, rd.since = ch, time.Now()
+		go rd.ping(ch, rd.now())
 	}
-	ch := make(chan struct{})
-	rd.pinging = ch
 	rd.mu.Unlock()
-	start, err := rd.now(), errUnavailable // if Ready panics
+	wait := time.NewTimer(readyWait)
+	defer wait.Stop()
+	select {
+	case <-ch:
+	case <-wait.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	if rd.pinging == ch && time.Since(rd.since) >= keylessFor {
+		return errNotAnswering
+	}
+	return rd.err
+}
+
+// ping asks the store, and keeps its answer as the state as of start.
+func (rd *readiness) ping(ch chan struct{}, start time.Time) {
+	var err error
 	defer func() {
+		if p := recover(); p != nil { // on its own goroutine: no recoverPanics
+			err = fmt.Errorf("%w: the ping panicked: %v", errUnavailable, p)
+		}
 		rd.mu.Lock()
 		rd.at, rd.err, rd.pinging = start, err, nil
 		rd.mu.Unlock()
 		close(ch)
 	}()
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	err = rd.store.Ready(pctx)
-	return err
+	err = rd.store.Ready(ctx)
 }

@@ -22,6 +22,7 @@ import (
 	"math/big"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -267,6 +268,124 @@ func TestReadyzAnswersFromAFreshState(t *testing.T) {
 	}
 	if p := cs.pings.Load(); p != 3 {
 		t.Errorf("%d pings of the database, want 3", p)
+	}
+}
+
+// slowStore is a healthStore whose Ready waits until release is closed.
+type slowStore struct{ release chan struct{} }
+
+func (s slowStore) Ready(ctx context.Context) error {
+	select {
+	case <-s.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+func (slowStore) Stats() storeStats        { return storeStats{} }
+func (slowStore) Replication() replication { return replication{} }
+
+// TestReadyzDoesNotWaitForTheDatabase: on any store, a ping that does not
+// come back keeps no /readyz waiting longer than readyWait: it answers
+// from the state kept (the store's opening: ready), then, once the ping
+// has gone unanswered for a second, not ready; ready again when it comes.
+func TestReadyzDoesNotWaitForTheDatabase(t *testing.T) {
+	t.Parallel()
+	st := slowStore{release: make(chan struct{})}
+	rd := newReadiness(st, time.Now)
+	check := func() (time.Duration, error) {
+		start := time.Now()
+		err := rd.check(context.Background())
+		return time.Since(start), err
+	}
+	if took, err := check(); err != nil || took > time.Second {
+		t.Errorf("the first /readyz, the ping unanswered: %v after %v, want ready within readyWait", err, took)
+	}
+	time.Sleep(keylessFor)
+	if took, err := check(); !errors.Is(err, errNotAnswering) || took > time.Second {
+		t.Errorf("/readyz a second into an unanswered ping: %v after %v, want errNotAnswering within readyWait", err, took)
+	}
+	close(st.release)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := check()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still %v 5s after the ping came back", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestReadyzFrozenPrimary: with PostgreSQL behind a proxy that stops
+// forwarding (a frozen primary: no answer, no reset), /readyz answers
+// from the state kept, on both listeners, within readyWait and the
+// request's own time (2.01 s before: it waited for the ping): 200 for
+// the first second of an unanswered ping, 503 after; 200 again once the
+// database answers.
+func TestReadyzFrozenPrimary(t *testing.T) {
+	t.Parallel()
+	db := postgresSchema(t, needPostgres(t))
+	key := pmBigKey(t, db)
+	proxy := pmStartProxy(t, pmTarget(t, db))
+	ts := startServerOn(t, pmViaProxy(t, db, proxy.addr()), key)
+	client := &http.Client{Timeout: 5 * time.Second}
+	ready := func(base string) (int, time.Duration) {
+		start := time.Now()
+		resp, err := client.Get(base + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, time.Since(start)
+	}
+	if code, _ := ready(ts.admin); code != 200 {
+		t.Fatalf("/readyz before the freeze: %d", code)
+	}
+	proxy.stall()
+	var took []time.Duration
+	first503 := time.Duration(0)
+	frozen := time.Now()
+	for time.Since(frozen) < 3500*time.Millisecond {
+		base := ts.base
+		if len(took)%2 == 1 {
+			base = ts.admin
+		}
+		code, d := ready(base)
+		took = append(took, d)
+		if code == 503 && first503 == 0 {
+			first503 = time.Since(frozen)
+		}
+		if code != 200 && code != 503 {
+			t.Errorf("/readyz with the primary frozen: %d", code)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	proxy.restore()
+	slices.Sort(took)
+	median, worst := took[len(took)/2], took[len(took)-1]
+	t.Logf("/readyz with the primary frozen: %d answers, median %v, worst %v; the first 503 %v after the freeze",
+		len(took), median.Round(time.Millisecond), worst.Round(time.Millisecond), first503.Round(time.Millisecond))
+	// The bound is readyWait (80 ms) and loopback HTTP; the margins are for
+	// a loaded machine, far below the ping's 2 s.
+	if median > 100*time.Millisecond || worst > time.Second {
+		t.Errorf("/readyz with the primary frozen took %v at the median and %v at worst, want 100ms and well under the ping's 2s", median, worst)
+	}
+	if first503 == 0 || first503 > 3*time.Second {
+		t.Errorf("the first 503 came %v after the freeze, want within 3s (a state a second old, a ping unanswered for a second)", first503)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if code, _ := ready(ts.base); code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz not 200 within 5s of the database's return")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

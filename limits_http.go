@@ -74,11 +74,13 @@ func limitRequests(lim rateLimiter, proxies proxyTrust, hold time.Duration, m *s
 			}
 			var d decision
 			st := stateOf(r)
+			rs := startRedis(r, lim)
 			if st != nil && st.key != nil {
 				d = lim.allowKey(st.key.Lineage, st.key.RPM, st.key.RPD) // one bucket, quota and ban for a lineage
 			} else {
 				d = lim.allowAddr(proxies.clientAddr(r))
 			}
+			rs.end(lim, d)
 			d.setHeaders(w.Header())
 			if !d.Allowed {
 				if st != nil {

@@ -140,7 +140,7 @@ func (l *logWriter) flushEvery(ctx context.Context, interval time.Duration) {
 func newLogger(format string, level slog.Level, w io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
 	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.New(traceLogHandler{slog.NewJSONHandler(w, opts)})
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(traceLogHandler{slog.NewTextHandler(w, opts)})
 }

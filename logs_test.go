@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,6 +44,9 @@ func TestRequestLogMatchesSlog(t *testing.T) {
 			if i%2 == 1 {
 				line.err = errors.New(strs[(i+4)%len(strs)])
 			}
+			if i%3 == 0 {
+				line.trace = &span{trace: newTraceID(), id: newSpanID()}
+			}
 			at := time.Date(2026, 11, 22, 1, 2, 3, i*123456789%1e9, zones[i%2])
 			want := slogLine(t, format, at, &line)
 			out := &logWriter{}
@@ -70,8 +74,11 @@ func slogLine(t *testing.T, format string, at time.Time, e *requestLine) string 
 		slog.Int64("bytes", e.bytes),
 		slog.Int64("key", e.key),
 		slog.String("request_id", e.requestID),
-		slog.String("remote", e.remote),
 	)
+	if e.trace != nil {
+		rec.AddAttrs(slog.String("trace_id", hex.EncodeToString(e.trace.trace[:])), slog.String("span_id", hex.EncodeToString(e.trace.id[:])))
+	}
+	rec.AddAttrs(slog.String("remote", e.remote))
 	if e.err != nil {
 		rec.AddAttrs(slog.String("err", e.err.Error()))
 	}

@@ -100,11 +100,12 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	}
 	defer release() // registered before the store's close: runs after it
 	store, err := openStore(ctx, cfg.db, storeOptions{migrate: true, now: time.Now, busy: cfg.busyTimeout, maxConns: cfg.dbMaxConns,
-		replica: cfg.dbReplica, replicaWait: cfg.replicaWait, replicaMaxLag: cfg.replicaMaxLag})
+		replica: cfg.dbReplica, replicaWait: cfg.replicaWait, replicaMaxLag: cfg.replicaMaxLag, log: logger})
 	if err != nil {
 		return err
 	}
 	store = wrapStore(ctx, store)
+	tr := newTracer(cfg.trace, logger) // nil: tracing off
 	pgWarnReplication(logger, store.Replication())
 	listening := false // "stopped" only follows "listening": a failed start prints its error alone
 	defer func() {
@@ -151,6 +152,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	metrics := newServerMetrics(limits, store)
 	metrics.limitsShared(limits)
 	metrics.logsDropped(&logs.lost)
+	metrics.tracesDropped(tr)
 	keys := newKeyring(store, cfg.env, clockOf(ctx), func(k *apiKey) { limits.setBan(k.Lineage, k.BannedUntil) })
 	if err := keys.refresh(ctx); err != nil {
 		return err
@@ -169,7 +171,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		return err
 	}
 	defer lns.close()
-	idem := newIdempotency(store, cfg.idempotencyTTL, clockOf(ctx))
+	idem := newIdempotency(traceIdem(store, tr, isPostgresURL(cfg.db)), cfg.idempotencyTTL, clockOf(ctx))
 	reqLog := newRequestLog(cfg.logFormat, cfg.logLevel, logs)
 	reqLog.now = clockOf(ctx)
 	logs.beforeFlush = func(final bool) { reqLog.endSecond(reqLog.now(), final) }
@@ -179,7 +181,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	caps := newConnCaps(cfg.maxConnsPerAddr, maxConnsOf(cfg, logger), inPrefixes(cfg.trustedProxies), cfg.readHeaderTimeout)
 	caps.onRefuse = reqLog.connRefused
 	caps.register(metrics.set)
-	api := newHTTPServer(newServer(logger, reqLog, store, ready, idem, keys, limits, metrics, cfg, certs), cfg, logger)
+	api := newHTTPServer(newServer(logger, reqLog, traceCatalog(store, tr, isPostgresURL(cfg.db)), ready, idem, keys, limits, metrics, cfg, certs, tr), cfg, logger)
 	if certs != nil {
 		useTLS(api, certs)
 		api.HTTP2.CountError = metrics.http2Error
@@ -188,6 +190,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		if a, ok := certs.(*acmeCerts); ok {
 			a.metrics = metrics // its failed attempts (acmeFailed), its refused challenges
 			a.limits = limits   // the challenges' limit (DECISIONS.md section 17)
+			a.tracer = tr
 			// HTTP-01 wherever the plain listener is: bound from
 			// --http-addr or passed by systemd without it.
 			a.http01 = lns.http != nil
@@ -234,6 +237,9 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	wg.Go(func() { up.run(bgCtx) })
 	wg.Go(func() { idem.purge(bgCtx, logger) })
 	wg.Go(func() { logs.flushEvery(bgCtx, 100*time.Millisecond) })
+	if tr != nil {
+		wg.Go(func() { tr.exp.run(bgCtx) }) // after the drain: the last requests' spans go too
+	}
 
 	serveErr := make(chan error, len(servers))
 	if certs != nil {
@@ -272,6 +278,9 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	}
 	if cfg.redis != "" {
 		attrs = append(attrs, "redis", redactDB(cfg.redis), "redis_prefix", redisPrefix)
+	}
+	if tr != nil {
+		attrs = append(attrs, "otlp_endpoint", redactDB(tr.exp.url))
 	}
 	attrs = append(attrs, "max_conns", caps.total, "max_conns_per_addr", caps.perAddr)
 	logger.Info("listening", attrs...)

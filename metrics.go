@@ -110,8 +110,18 @@ func newServerMetrics(lim rateLimiter, store healthStore) *serverMetrics {
 	set.NewGauge(`petstore_build_info{version="`+buildVersion()+`",goversion="`+runtime.Version()+`"}`, func() float64 { return 1 })
 	if store != nil && store.Replication().Shown { // nil: a test's metrics without a store
 		set.NewGauge("petstore_db_synchronous_standbys", func() float64 { return float64(store.Replication().SyncStandbys) })
+		set.RegisterMetricsWriter(func(w io.Writer) { writeLostWrites(w, store.Replication().LostBy) })
 	}
 	return m
+}
+
+// writeLostWrites writes the acknowledged creates found lost, by table
+// (DECISIONS.md section 21).
+func writeLostWrites(w io.Writer, by [3]uint64) {
+	vm.WriteMetadataIfNeeded(w, "petstore_db_lost_writes_total", "counter")
+	for i, n := range by {
+		io.WriteString(w, `petstore_db_lost_writes_total{table="`+lostTables[i]+`"} `+strconv.FormatUint(n, 10)+"\n")
+	}
 }
 
 // writeReplicaStats writes the reads by source and reason, and the
@@ -254,6 +264,7 @@ var families = map[string]family{
 	"petstore_redis_calls_total":                        {help: "Rate-limit script calls to Redis, answered or not."},
 	"petstore_redis_failures_total":                     {help: "Rate-limit script calls to Redis that failed or took longer than --redis-timeout."},
 	"petstore_log_bytes_dropped_total":                  {help: "Log bytes dropped because writing to stderr kept failing."},
+	"petstore_traces_dropped_total":                     {help: "Spans never sent to the OTLP collector: the export queue was full, or their batch failed for good."},
 	"petstore_tls_certificate_expiry_timestamp_seconds": {help: "When each served certificate expires (its NotAfter), in seconds since the Unix epoch, by name."},
 	"petstore_tls_handshake_errors_total":               {help: "TLS handshakes on the API listener that failed (plain HTTP, a bad or truncated ClientHello, a client refusing the certificate)."},
 	"petstore_acme_failures_total":                      {help: "Attempts to obtain or renew a certificate from the ACME CA that failed."},
@@ -266,7 +277,8 @@ var families = map[string]family{
 	"petstore_db_replica_waits_total":                   {help: "Reads that waited for --db-replica to replay their Petstore-Read-After position (or the key's last write here), whether it did within --replica-wait or not; only with --db-replica."},
 	"petstore_db_replica_wait_seconds_total":            {help: "Time reads spent waiting for --db-replica to replay their position, in all; only with --db-replica."},
 	"petstore_db_replica_lag_seconds":                   {help: "How long --db-replica has been short of the primary's last known position, as last checked (every 100 ms); 0 when caught up; only with --db-replica."},
-	"petstore_db_synchronous_standbys":                  {help: "PostgreSQL standbys that confirm each commit (synchronous), as read at start and each minute; 0: a failover may lose acknowledged writes; -1: unknown (grant pg_monitor)."},
+	"petstore_db_synchronous_standbys":                  {help: "PostgreSQL standbys that confirm each commit (synchronous), as read at start, at every reconnection and each minute; 0: a failover may lose acknowledged writes; -1: unknown (grant pg_monitor)."},
+	"petstore_db_lost_writes_total":                     {help: "Acknowledged creates of this instance found missing, or replaced by another row, after a reconnection to the primary or in the minute's check, by table (once per table and id): the database went back in time."},
 
 	// The Go runtime's, from runtime/metrics and runtime.MemStats.
 	// Histograms from runtime/metrics, which keeps no sum: their _count is

@@ -217,6 +217,7 @@ func TestMetricsExposition(t *testing.T) {
 		"petstore_group_commit_writes_total", "petstore_category_list_reads_total", "petstore_limiter_tracked_keys",
 		"petstore_limiter_tracked_addrs", "petstore_build_info", "petstore_ratelimit_backend_up",
 		"petstore_redis_calls_total", "petstore_redis_failures_total", "petstore_log_bytes_dropped_total",
+		"petstore_traces_dropped_total",
 		"process_resident_memory_bytes", "process_open_fds", "go_goroutines", "go_cgo_calls_total",
 	} {
 		if f := fams[name]; f == nil || len(f.samples) == 0 {

@@ -25,14 +25,16 @@ type router struct {
 	mux   *http.ServeMux    // the routes and a catch-all "/"
 	known *http.ServeMux    // the routes alone
 	heads map[string]string // the label of a HEAD routed to a GET pattern: "GET /x" -> "HEAD /x"
+	facts map[string]*route // each route by its pattern
 }
 
 // newRouter returns the router of routes. A request is matched once: a
 // catch-all "/" takes what the routes do not, and only then asks a second
 // mux, of the routes alone, whether the path exists with other methods.
 func newRouter(routes []route) *router {
-	rt := &router{mux: http.NewServeMux(), known: http.NewServeMux(), heads: map[string]string{}}
-	for _, e := range routes {
+	rt := &router{mux: http.NewServeMux(), known: http.NewServeMux(), heads: map[string]string{}, facts: map[string]*route{}}
+	for i, e := range routes {
+		rt.facts[e.pattern] = &routes[i]
 		head := e.pattern
 		if rest, ok := strings.CutPrefix(e.pattern, "GET "); ok {
 			head = "HEAD " + rest
@@ -68,14 +70,25 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt.mux.ServeHTTP(w, r)
 }
 
+// match returns the route that r would be routed to (a HEAD's GET), or
+// nil when none takes it (a 404 or a 405). It routes nothing.
+func (rt *router) match(r *http.Request) *route {
+	if !isCanonicalPath(r.URL.Path) {
+		return nil // Handler would name the redirect's target
+	}
+	_, pattern := rt.known.Handler(r)
+	return rt.facts[pattern]
+}
+
 // routeOf returns the route label that r would get if it were routed: its
 // route's pattern, "HEAD ..." for a HEAD that a GET route takes, and ""
 // when no route takes it (a 404 or a 405). It routes nothing.
 func (rt *router) routeOf(r *http.Request) string {
-	if !isCanonicalPath(r.URL.Path) {
-		return "" // Handler would name the redirect's target
+	m := rt.match(r)
+	if m == nil {
+		return ""
 	}
-	_, pattern := rt.known.Handler(r)
+	pattern := m.pattern
 	if r.Method == http.MethodHead {
 		if head, ok := rt.heads[pattern]; ok {
 			return head
@@ -217,6 +230,7 @@ func logRequests(log *requestLog, m *serverMetrics) func(http.Handler) http.Hand
 					bytes:     sent,
 					key:       keyID,
 					requestID: clipField(w.Header().Get("X-Request-Id")),
+					trace:     st.trace,
 					remote:    r.RemoteAddr,
 					err:       st.err,
 					budgeted:  !st.served,
@@ -240,7 +254,7 @@ func recoverPanics(logger *slog.Logger) func(http.Handler) http.Handler {
 				if p == http.ErrAbortHandler {
 					panic(p)
 				}
-				logger.Error("panic", "panic", p, "request_id", w.Header().Get("X-Request-Id"), "stack", string(debug.Stack()))
+				logger.ErrorContext(r.Context(), "panic", "panic", p, "request_id", w.Header().Get("X-Request-Id"), "stack", string(debug.Stack()))
 				if rec := recorderOf(w); rec != nil && rec.status != 0 {
 					// The status went out, perhaps part of the body: abort the
 					// connection, so that the client sees the answer cut off

@@ -1,6 +1,7 @@
 // openapi.go owns the served OpenAPI document: the embedded openapi.json
-// with the server's own base address and the HEAD operation of each GET,
-// made from the GET.
+// with the server's own base address, what the route table's facts say of
+// each operation (its stability, and the standard headers on every
+// response), and the HEAD operation of each GET, made from the GET.
 
 package main
 
@@ -12,7 +13,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,14 +27,15 @@ import (
 var openAPISource []byte
 
 // openAPIDocument returns the embedded OpenAPI document with the server's
-// own base address in its servers list, and a HEAD beside each GET (see
-// headOperation). Its keys are sorted, so the same source gives the same
+// own base address in its servers list, what ops (the route table's
+// facts) say of each operation (addStandardHeaders), and a HEAD beside
+// each GET (see headOperation). Its keys are sorted, so the same source gives the same
 // bytes, and ETag, on every start. Its numbers are kept as written
 // (an int64's maximum is no float64), and it is ASCII, as openapi.json
 // is: a name pattern's bidi controls and invisible characters stay
 // escapes, which cannot reorder or hide the text around them where the
 // document is shown.
-func openAPIDocument(publicURL, env string) ([]byte, error) {
+func openAPIDocument(publicURL, env string, ops map[string]docOp) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(openAPISource))
 	dec.UseNumber()
 	var doc map[string]any
@@ -39,6 +43,9 @@ func openAPIDocument(publicURL, env string) ([]byte, error) {
 		return nil, fmt.Errorf("embedded openapi.json: %w", err)
 	}
 	doc["servers"] = []map[string]string{{"url": publicURL, "description": env}}
+	if err := addStandardHeaders(doc, ops); err != nil {
+		return nil, fmt.Errorf("embedded openapi.json: %w", err)
+	}
 	if err := addHeadOperations(doc); err != nil {
 		return nil, fmt.Errorf("embedded openapi.json: %w", err)
 	}
@@ -50,6 +57,204 @@ func openAPIDocument(publicURL, env string) ([]byte, error) {
 		return nil, fmt.Errorf("embedded openapi.json: %w", err)
 	}
 	return asciiJSON(out.Bytes()), nil
+}
+
+// docOp is what the served document takes of a route's facts (routes.go).
+type docOp struct {
+	area       *apiArea
+	rw         rwUse
+	deprecated bool
+}
+
+// docOps returns the facts of routes by operation as the document names
+// them: "get /pets/{petId}", the path under /v1.
+func docOps(routes []route) map[string]docOp {
+	ops := make(map[string]docOp, len(routes))
+	for _, rt := range routes {
+		method, path, _ := strings.Cut(rt.pattern, " ")
+		ops[strings.ToLower(method)+" "+strings.TrimPrefix(path, "/v1")] = docOp{rt.area, rt.rw, rt.deprecated}
+	}
+	return ops
+}
+
+// The headers that addStandardHeaders puts on responses: every one's, and
+// a deprecated operation's.
+var (
+	standardHeaders    = []string{"X-Request-Id", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit-Policy", "RateLimit"}
+	deprecationHeaders = []string{"Deprecation", "Sunset", "Link"}
+)
+
+// addStandardHeaders gives each operation of doc what its route's facts
+// in ops say, so that openapi.json writes none of it by hand: its
+// x-stability (its area's); and on each of its responses the request id
+// and rate-limit headers, X-API-Stability in an area that is not stable,
+// the deprecation headers on a deprecated operation's, and
+// Petstore-Read-After on a 2xx or 304 of one that reads or writes the
+// database. A shared response (components.responses) gets the request id
+// and rate-limit headers, and a copy for each area that is not stable,
+// with the area's header (PetsNotFound), which the area's operations
+// refer to; a deprecated operation's are written out in it. The shared
+// ones that no operation refers to then go. The definitions of the headers
+// come from x-standard-headers into components.headers (openapi.json has
+// no reference to them, so they are kept apart).
+func addStandardHeaders(doc map[string]any, ops map[string]docOp) error {
+	components, _ := doc["components"].(map[string]any)
+	headers, _ := components["headers"].(map[string]any)
+	responses, _ := components["responses"].(map[string]any)
+	std, _ := doc["x-standard-headers"].(map[string]any)
+	if headers == nil || responses == nil || std == nil {
+		return fmt.Errorf("no components.headers, components.responses or x-standard-headers")
+	}
+	for name, h := range std {
+		if _, ok := headers[name]; ok {
+			return fmt.Errorf("header %s is in x-standard-headers and components.headers", name)
+		}
+		headers[name] = h
+	}
+	delete(doc, "x-standard-headers")
+	for name, v := range responses {
+		r, _ := v.(map[string]any)
+		if err := addHeaders(r, standardHeaders...); err != nil {
+			return fmt.Errorf("components.responses.%s: %w", name, err)
+		}
+	}
+	used, made := map[string]bool{}, map[string]bool{}
+	ops = maps.Clone(ops) // each is crossed off as its operation is met
+	paths, _ := doc["paths"].(map[string]any)
+	for path, v := range paths {
+		item, _ := v.(map[string]any)
+		for method, v := range item {
+			op, ok := v.(map[string]any)
+			if !ok || !slices.Contains(docMethods, method) {
+				continue
+			}
+			where := strings.ToUpper(method) + " " + path
+			f, ok := ops[method+" "+path]
+			switch {
+			case !ok || f.area == nil:
+				return fmt.Errorf("%s: no route of the API has it", where)
+			case op["x-stability"] != nil:
+				return fmt.Errorf("%s: x-stability is its area's (areas.go), not openapi.json's", where)
+			case (op["deprecated"] == true) != f.deprecated:
+				return fmt.Errorf("%s: deprecated is %v in openapi.json, yet %v in the route table", where, op["deprecated"], f.deprecated)
+			}
+			op["x-stability"] = f.area.stability
+			rs, _ := op["responses"].(map[string]any)
+			for status, v := range rs {
+				r, _ := v.(map[string]any)
+				ref, _ := r["$ref"].(string)
+				name, shared := strings.CutPrefix(ref, "#/components/responses/")
+				base, _ := responses[name].(map[string]any)
+				if shared && base == nil {
+					return fmt.Errorf("%s %s: %s is no response of components.responses", where, status, ref)
+				}
+				if shared && !f.deprecated {
+					if f.area.component != "" {
+						name, base = f.area.component+name, areaResponse(responses, made, f.area, name, base)
+						rs[status] = map[string]any{"$ref": "#/components/responses/" + name}
+					}
+					if base == nil {
+						return fmt.Errorf("%s %s: components.responses.%s is written by hand: it is made from %s", where, status, name, ref)
+					}
+					used[name] = true
+					continue
+				}
+				if shared { // a deprecated operation's own copy
+					r = copyResponse(base)
+					rs[status] = r
+				} else if err := addHeaders(r, standardHeaders...); err != nil {
+					return fmt.Errorf("%s %s: %w", where, status, err)
+				}
+				var err error
+				if f.area.stability != "stable" {
+					err = addHeader(r, "X-API-Stability", stabilityComponent(f.area))
+				}
+				if err == nil && f.deprecated {
+					err = addHeaders(r, deprecationHeaders...)
+				}
+				if err == nil && f.rw != rwNone && !shared && (status[0] == '2' || status == "304") {
+					err = addHeader(r, readAfterHeader, readAfterHeader)
+				}
+				if err != nil {
+					return fmt.Errorf("%s %s: %w", where, status, err)
+				}
+			}
+			delete(ops, method+" "+path)
+		}
+	}
+	for op := range ops {
+		return fmt.Errorf("%s is routed but not in openapi.json", op)
+	}
+	for name := range responses {
+		if !used[name] {
+			delete(responses, name)
+		}
+	}
+	return nil
+}
+
+// docMethods are the keys of a path item that are operations.
+var docMethods = []string{"get", "put", "post", "delete", "patch", "options", "trace"}
+
+// areaResponse returns the copy of the shared response name (base) for
+// area, with its stability header, made on first need (made notes the
+// ones made); nil when openapi.json wrote one by hand.
+func areaResponse(responses map[string]any, made map[string]bool, area *apiArea, name string, base map[string]any) map[string]any {
+	own := area.component + name
+	if r, ok := responses[own].(map[string]any); ok {
+		if !made[own] {
+			return nil
+		}
+		return r
+	}
+	r := copyResponse(base)
+	addHeader(r, "X-API-Stability", stabilityComponent(area))
+	made[own] = true
+	responses[own] = r
+	return r
+}
+
+// stabilityComponent names the component of area's X-API-Stability
+// header: X-API-Stability-Beta.
+func stabilityComponent(area *apiArea) string {
+	return "X-API-Stability-" + strings.ToUpper(area.stability[:1]) + area.stability[1:]
+}
+
+// addHeaders puts the headers names on response r, each a $ref to the
+// component of its name.
+func addHeaders(r map[string]any, names ...string) error {
+	for _, name := range names {
+		if err := addHeader(r, name, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addHeader puts header name on response r as a $ref to
+// components.headers.component; one that openapi.json wrote by hand is an
+// error: it is made here.
+func addHeader(r map[string]any, name, component string) error {
+	h, _ := r["headers"].(map[string]any)
+	if h == nil {
+		h = map[string]any{}
+		r["headers"] = h
+	}
+	if _, ok := h[name]; ok {
+		return fmt.Errorf("header %s is written by hand: it is made from the route table", name)
+	}
+	h[name] = map[string]any{"$ref": "#/components/headers/" + component}
+	return nil
+}
+
+// copyResponse copies response r deep enough for headers to be added to
+// the copy alone.
+func copyResponse(r map[string]any) map[string]any {
+	c := maps.Clone(r)
+	if h, ok := r["headers"].(map[string]any); ok {
+		c["headers"] = maps.Clone(h)
+	}
+	return c
 }
 
 // addHeadOperations gives each path of doc that has a GET its HEAD, made
@@ -153,13 +358,13 @@ func asciiJSON(b []byte) []byte {
 }
 
 // handleOpenAPI serves the document that openAPIDocument makes for
-// publicURL and env, as docs.go serves the page's files: gzip to a client
+// publicURL, env and the route table's facts ops, as docs.go serves the page's files: gzip to a client
 // that accepts it, else identity, each with an ETag of its own (answering
 // If-None-Match with 304). The document, its gzip and their tags are made
 // once, in the background from the start: start-up need not wait for
 // them, and a request rarely does.
-func handleOpenAPI(publicURL, env string) http.Handler {
-	doc := sync.OnceValues(func() (*openAPIServed, error) { return serveOpenAPI(publicURL, env) })
+func handleOpenAPI(publicURL, env string, ops map[string]docOp) http.Handler {
+	doc := sync.OnceValues(func() (*openAPIServed, error) { return serveOpenAPI(publicURL, env, ops) })
 	go doc()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d, err := doc()
@@ -198,8 +403,8 @@ type openAPIServed struct {
 	plainETag, gzipETag []string
 }
 
-func serveOpenAPI(publicURL, env string) (*openAPIServed, error) {
-	plain, err := openAPIDocument(publicURL, env)
+func serveOpenAPI(publicURL, env string, ops map[string]docOp) (*openAPIServed, error) {
+	plain, err := openAPIDocument(publicURL, env, ops)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strconv"
@@ -45,6 +46,11 @@ type pgStore struct {
 	hosts  int                         // hosts the URL lists
 	repl   atomic.Pointer[replication] // as last read (postgres_replication.go)
 	closed chan struct{}               // closed by Close: the watch ends
+	log    *slog.Logger
+
+	written pgWriteMemory // the last acknowledged creates (postgres_lostwrites.go)
+	server  *pgServerSeen // the server the pool's new connections reach
+	checked atomic.Int64  // checks of written that ended (for the tests)
 
 	group             *groupCommitter[*pgBatch]
 	flights           pgFlightGate // the group commit's batches in flight (postgres_pipeline.go)
@@ -112,6 +118,8 @@ func openPostgres(ctx context.Context, db string, o storeOptions) (*pgStore, err
 		return nil, err
 	}
 	shown := redactDB(db)
+	server := newPgServerSeen()
+	cfg.AfterConnect = server.afterConnect // a reconnection to another server: postgres_lostwrites.go
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open database %s: %w", shown, err)
@@ -147,9 +155,10 @@ func openPostgres(ctx context.Context, db string, o storeOptions) (*pgStore, err
 		return nil, fmt.Errorf("open database %s: %w", shown, describePostgres(err))
 	}
 	s := &pgStore{pool: pool, acmeLock: newPgACMELock(cfg.ConnConfig, schema),
-		now: o.now, busy: o.busy, hosts: pgHostCount(cfg.ConnConfig), closed: make(chan struct{})}
+		now: o.now, busy: o.busy, hosts: pgHostCount(cfg.ConnConfig), closed: make(chan struct{}), log: pgLogOf(o), server: server}
 	reset := cfg.ConnConfig.Tracer.(*pgConnReset)
 	reset.pool.Store(pool)
+	reset.seen.Store(server)
 	s.flights.max = max(1, min(pgMaxFlights, int(cfg.MaxConns)-pgFlightsLeave))
 	s.group = newGroupCommitter(s.commitBatch)
 	if o.migrate {
@@ -160,7 +169,7 @@ func openPostgres(ctx context.Context, db string, o storeOptions) (*pgStore, err
 		}
 	}
 	s.readReplication(ctx) // unknown until it reads (Replication)
-	go s.watchReplication()
+	go s.watchPrimary()
 	if o.replica != "" {
 		if s.replica, err = pgOpenReplica(o.replica, o); err != nil {
 			s.Close()

@@ -39,6 +39,34 @@ func (b *pgBatch) insertID(noRow error, id *int64, st *pgStmt, args ...any) {
 	}, args...)
 }
 
+// changeRow queues the write's UPDATE or DELETE, which returns the row it
+// changed (RETURNING) for scan, or none: then errNotFound, the write's own
+// outcome (isOwnOutcome), which fails it alone (sqliteChangeRow's twin).
+func (b *pgBatch) changeRow(scan func(pgx.Row) error, query string, args ...any) {
+	b.queue(pgStmtOf(query), b.own(func(row pgx.Row) error {
+		err := scan(row)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errNotFound
+		}
+		return err
+	}), args...)
+}
+
+// own wraps the answer fn of a statement of the write queuing now: an own
+// outcome that fn returns (isOwnOutcome) fails that write alone, where
+// any error would fail the whole batch.
+func (b *pgBatch) own(fn func(pgx.Row) error) func(pgx.Row) error {
+	i := b.job
+	return func(row pgx.Row) error {
+		err := fn(row)
+		if isOwnOutcome(err) {
+			b.errs[i] = err
+			return nil
+		}
+		return err
+	}
+}
+
 // pgRefusedBy is the refusal noRow, naming the category that holds the name
 // for a conflict. A category's statement that made no row and found no
 // holder (which its snapshot would show) was stopped by a category without
@@ -192,6 +220,7 @@ func (s *pgStore) CreateCategory(ctx context.Context, c Category, fold string, i
 		if err != nil {
 			return Category{}, wrapCreate("insert category", err, describePostgres)
 		}
+		s.written.created(pgCategories, c.ID, c.Name, c.Description) // postgres_lostwrites.go
 		return c, nil
 	}
 }
@@ -318,6 +347,7 @@ func (s *pgStore) CreatePet(ctx context.Context, p Pet, idem *idemWrite[Pet]) (P
 	if err != nil {
 		return Pet{}, wrapCreate("insert pet", err, describePostgres)
 	}
+	s.written.created(pgPets, p.ID, p.Name, p.CategoryID, p.Status)
 	return p, nil
 }
 
@@ -355,6 +385,7 @@ func (s *pgStore) CreateOrder(ctx context.Context, o Order, idem *idemWrite[Orde
 	if err != nil {
 		return Order{}, wrapCreate("insert order", err, describePostgres)
 	}
+	s.written.created(pgOrders, o.ID, o.PetID, o.Quantity, o.Status, o.CreatedAt)
 	return o, nil
 }
 

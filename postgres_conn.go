@@ -161,7 +161,8 @@ const pgResetEvery = time.Second
 // pool's configuration.
 type pgConnReset struct {
 	pool atomic.Pointer[pgxpool.Pool]
-	last atomic.Int64 // when it last dropped them, in Unix nanoseconds
+	seen atomic.Pointer[pgServerSeen] // told of the drop: the next connection is a reconnection
+	last atomic.Int64                 // when it last dropped them, in Unix nanoseconds
 }
 
 func (r *pgConnReset) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
@@ -194,5 +195,8 @@ func (r *pgConnReset) broke(conn *pgx.Conn, err error) {
 	}
 	if p := r.pool.Load(); p != nil {
 		go p.Reset() // not on the connection's own call path
+	}
+	if seen := r.seen.Load(); seen != nil {
+		seen.dropped.Store(true)
 	}
 }

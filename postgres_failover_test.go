@@ -621,9 +621,9 @@ func wantReadOnly(t *testing.T, db string) {
 
 // TestPostgresDurabilityShown: what a failover would keep is shown, not
 // assumed. With several hosts and no synchronous standby, serve warns at
-// start ("a failover may lose acknowledged writes"), and /readyz and
-// petstore_db_synchronous_standbys say 0; for a role that may not read
-// pg_stat_replication's sync_state (no pg_monitor), "unknown" and -1, and
+// start ("a failover may lose acknowledged writes"), and the admin /readyz
+// and petstore_db_synchronous_standbys say 0; for a role that may not read
+// pg_stat_replication's sync_state (no pg_monitor), null and -1, and
 // a warning that says to grant it; with a synchronous standby, 1 and no
 // warning. The store reads them again each minute (here, at once).
 func TestPostgresDurabilityShown(t *testing.T) {
@@ -648,7 +648,7 @@ func TestPostgresDurabilityShown(t *testing.T) {
 		name, db, key, want, metric, warn string
 	}{
 		{"asynchronous standby", db, key, "0", "0", "a failover may lose acknowledged writes"},
-		{"no pg_monitor", appDB, appKey, "unknown", "-1", "pg_monitor"},
+		{"no pg_monitor", appDB, appKey, "null", "-1", "pg_monitor"},
 	} {
 		ts := startServerOn(t, tt.db, tt.key)
 		foDurability(t, tt.name, ts, tt.want, tt.metric, tt.warn)
@@ -667,17 +667,22 @@ func TestPostgresDurabilityShown(t *testing.T) {
 }
 
 // foDurability checks what serve ts says of its database's synchronous
-// standbys: want in /readyz, metric in the metrics, and a start-up WARN
+// standbys: want in the admin /readyz (JSON), metric in the metrics, and a start-up WARN
 // that holds warn (none when warn is "").
 func foDurability(t *testing.T, name string, ts *testServer, want, metric, warn string) {
 	t.Helper()
-	r := ts.do(t, "GET", "/readyz", "", "")
-	var body map[string]string
-	if err := json.Unmarshal(r.body, &body); err != nil || r.status != 200 || body["synchronous_standbys"] != want {
-		t.Errorf("%s: /readyz %d %s, want synchronous_standbys %q", name, r.status, r.body, want)
+	// The API listener's says ready, no more; the admin listener's the
+	// detail, its count a JSON number or null.
+	if r := ts.do(t, "GET", "/readyz", "", ""); r.status != 200 || string(r.body) != `{"status":"ready"}`+"\n" {
+		t.Errorf("%s: the API listener's /readyz %d %q, want 200 and the status alone", name, r.status, r.body)
 	}
-	if body["synchronous_commit"] != "on" {
-		t.Errorf("%s: /readyz says synchronous_commit %q, want on", name, body["synchronous_commit"])
+	raw := ts.get(t, ts.admin+"/readyz")
+	var body map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(raw), &body); err != nil || string(body["synchronous_standbys"]) != want {
+		t.Errorf("%s: the admin /readyz %s, want synchronous_standbys %s", name, raw, want)
+	}
+	if string(body["synchronous_commit"]) != `"on"` || string(body["lost_writes"]) != "[]" {
+		t.Errorf("%s: the admin /readyz %s, want synchronous_commit on and no lost writes", name, raw)
 	}
 	metrics := ts.get(t, ts.admin+"/metrics")
 	if line := "petstore_db_synchronous_standbys " + metric; !strings.Contains(metrics, "\n"+line+"\n") {

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"sync"
 	"time"
 
@@ -36,6 +37,21 @@ var (
 	pgStmtCommit   = &pgStmt{"petstore_commit", "COMMIT"}
 	pgStmtPosition = &pgStmt{"petstore_position", pgPrimaryPos}
 )
+
+// pgStmts are the statements pgStmtOf named, by their SQL.
+var pgStmts sync.Map
+
+// pgStmtOf is the statement of sql, named after a hash of it, for a write
+// whose SQL is not one of the named ones.
+func pgStmtOf(sql string) *pgStmt {
+	if st, ok := pgStmts.Load(sql); ok {
+		return st.(*pgStmt)
+	}
+	h := fnv.New64a()
+	h.Write([]byte(sql))
+	st, _ := pgStmts.LoadOrStore(sql, &pgStmt{fmt.Sprintf("petstore_%016x", h.Sum64()), sql})
+	return st.(*pgStmt)
+}
 
 // pgPreparedKey is where a connection's CustomData keeps the statements
 // prepared on it, with their descriptions (map[*pgStmt]*pgconn.StatementDescription).

@@ -270,11 +270,13 @@ func (s *pgStore) replicaFailed(st *readState, err error) {
 // copy of it: the binary's size).
 func (s *pgStore) readTracked(ctx context.Context, st *readState, what string, collect func(pgx.Rows) error, query string, args ...any) error {
 	if s.fromReplica(ctx, st) {
+		traceReadServer(ctx, "replica")
 		err := s.replica.read(ctx, st, collect, query, args...)
 		if err == nil || ctx.Err() != nil { // the request's own end (gone, or its busy time) says nothing of the replica
 			return err
 		}
 		s.replicaFailed(st, err)
+		traceReadServer(ctx, "primary")
 	}
 	ctx, cancel := s.op(ctx)
 	defer cancel()

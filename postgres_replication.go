@@ -1,7 +1,9 @@
 // postgres_replication.go owns what petstore shows of PostgreSQL's
-// synchronous replication (DECISIONS.md section 19): the settings and the
-// synchronous standbys the primary reports, read at open and each minute,
-// for /readyz, the metrics and the start-up warning.
+// synchronous replication (DECISIONS.md sections 19 and 21): the settings
+// and the synchronous standbys the primary reports, read at open, at every
+// reconnection and each minute (postgres_lostwrites.go's watch), for the
+// admin /readyz, the metrics, the start-up warning and the one when the
+// last synchronous standby goes.
 
 package main
 
@@ -23,7 +25,8 @@ const pgReadReplication = `SELECT current_setting('synchronous_commit'), current
 	FROM pg_stat_replication`
 
 // readReplication reads the replication and keeps it for Replication. A
-// read that fails keeps the last one.
+// read that fails keeps the last one. A primary that had a synchronous
+// standby and has none now gets a WARN, once per such change.
 func (s *pgStore) readReplication(ctx context.Context) error {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
@@ -35,30 +38,20 @@ func (s *pgStore) readReplication(ctx context.Context) error {
 	if unknown > 0 {
 		r.SyncStandbys = -1
 	}
-	s.repl.Store(&r)
+	if old := s.repl.Swap(&r); old != nil && old.SyncStandbys > 0 && r.SyncStandbys == 0 && s.log != nil {
+		s.log.Warn("the primary has no synchronous standby left: a failover may lose acknowledged writes",
+			"synchronous_commit", r.SyncCommit, "synchronous_standby_names", r.SyncNames)
+	}
 	return nil
 }
 
 func (s *pgStore) Replication() replication {
-	if r := s.repl.Load(); r != nil {
-		return *r
+	r := replication{Shown: true, Hosts: s.hosts, SyncStandbys: -1}
+	if last := s.repl.Load(); last != nil {
+		r = *last
 	}
-	return replication{Shown: true, Hosts: s.hosts, SyncStandbys: -1}
-}
-
-// watchReplication reads the replication every pgReplicationEvery until
-// the store closes.
-func (s *pgStore) watchReplication() {
-	tick := time.NewTicker(pgReplicationEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-s.closed:
-			return
-		case <-tick.C:
-			s.readReplication(context.Background())
-		}
-	}
+	r.Lost, r.LostBy = s.written.losses()
+	return r
 }
 
 // pgWarnReplication warns, at start, when the URL lists several hosts (a

@@ -1,9 +1,11 @@
 // read_after.go owns read-your-writes (DECISIONS.md section 20): the
-// Petstore-Read-After token, the request's read state that the store
-// fills in (the position a read must include, the position its answer
-// reflects), and this instance's memory of each key lineage's last write.
-// It knows nothing of any database: a position is a number that grows
-// with every commit, which the store alone reads and compares.
+// Petstore-Read-After token, the request's read state (the position a
+// read must include, which the store reads; the positions its reads and
+// writes reflect, which the store hands back in it), the header set from
+// it as the answer goes out, and this instance's memory of each key
+// lineage's last write. It knows nothing of any database: a position is
+// a number that grows with every commit, which the store alone reads and
+// compares; and the store knows nothing of HTTP.
 
 package main
 
@@ -55,14 +57,14 @@ func parseReadPos(s string) (pos uint64, ok bool) {
 
 // readState is what one request's reads and writes tell the store and
 // learn from it. The store reads floor and replica, decides the source of
-// the request's reads once (source), and notes every position it reads
-// or commits (saw, wrote), which becomes the response's header.
+// the request's reads once (source), and hands back every position it
+// reads or commits (saw, wrote); the highest becomes the answer's header,
+// which readAfter's writer sets (no HTTP in the store).
 type readState struct {
 	ra      *readAfter
 	lineage int64  // the key's lineage; 0: none
 	floor   uint64 // what a read must include: the client's token, the lineage's last write here, the evicted floor
 	replica bool   // a read operation: the replica may answer it
-	header  http.Header
 	pos     uint64 // the highest position seen: the header's value; 0: none yet
 	// source is the store's choice for this request's reads: 0 until its
 	// first read, then readFromReplica or readFromPrimary.
@@ -87,10 +89,7 @@ func readStateOf(ctx context.Context) *readState {
 // saw notes that the answer reflects position pos: the header says the
 // highest one.
 func (st *readState) saw(pos uint64) {
-	if pos > st.pos {
-		st.pos = pos
-		st.header[readAfterHeader] = []string{formatReadPos(pos)}
-	}
+	st.pos = max(st.pos, pos)
 }
 
 // wrote notes a write committed at pos, which this instance then
@@ -197,7 +196,8 @@ func (ra *readAfter) track(h http.Handler, replica bool) http.Handler {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		st := &readState{ra: ra, replica: replica, header: w.Header()}
+		tw := &readAfterWriter{ResponseWriter: w, st: readState{ra: ra, replica: replica}}
+		st := &tw.st
 		if rs := stateOf(r); rs != nil && rs.key != nil {
 			st.lineage = rs.key.Lineage
 		}
@@ -209,8 +209,40 @@ func (ra *readAfter) track(h http.Handler, replica bool) http.Handler {
 				}
 			}
 		}
-		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), readStateKey{}, st)))
+		h.ServeHTTP(tw, r.WithContext(context.WithValue(r.Context(), readStateKey{}, st)))
 	})
+}
+
+// readAfterWriter sets Petstore-Read-After from the request's read state
+// as the answer's header goes out: the highest position the store handed
+// back until then. A streamed list's header goes with its first chunk,
+// which the store read whole before.
+type readAfterWriter struct {
+	http.ResponseWriter
+	st   readState // the request's, in one allocation with its writer
+	sent bool
+}
+
+func (w *readAfterWriter) WriteHeader(status int) {
+	w.send()
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *readAfterWriter) Write(b []byte) (int, error) {
+	w.send()
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *readAfterWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *readAfterWriter) send() {
+	if w.sent {
+		return
+	}
+	w.sent = true
+	if w.st.pos > 0 {
+		w.ResponseWriter.Header()[readAfterHeader] = []string{formatReadPos(w.st.pos)}
+	}
 }
 
 // replicaStats are the counts of a store's reads by source, for the

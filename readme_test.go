@@ -372,3 +372,44 @@ func TestReadmeAPITableMatchesRoutes(t *testing.T) {
 		}
 	}
 }
+
+// TestNoConflictMarkers: no text file of the tree (but .git) holds a line
+// that opens or closes a merge's conflict: seven "<" or seven ">", alone
+// or before a space. A file with a NUL byte is binary and skipped; the
+// seven "=" between them are also a Markdown heading's underline, so they
+// do not count.
+func TestNoConflictMarkers(t *testing.T) {
+	open, end := strings.Repeat("<", 7), strings.Repeat(">", 7)
+	checked := 0
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if d.Name() == ".git" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil || bytes.IndexByte(b, 0) >= 0 {
+			return err
+		}
+		checked++
+		for i, line := range strings.Split(string(b), "\n") {
+			if line == open || line == end || strings.HasPrefix(line, open+" ") || strings.HasPrefix(line, end+" ") {
+				t.Errorf("%s:%d: a merge's conflict marker: %q", path, i+1, line)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 100 {
+		t.Errorf("%d text files checked, want the whole tree", checked)
+	}
+}

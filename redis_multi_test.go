@@ -130,12 +130,12 @@ func rmMetricsOf(t *testing.T, ts *testServer) map[string]float64 {
 
 // rmReady fetches /readyz on ts's admin listener and returns its status and
 // body.
-func rmReady(ts *testServer) (int, map[string]string, error) {
+func rmReady(ts *testServer) (int, map[string]any, error) {
 	status, body, err := rmAdminGet(ts, "/readyz")
 	if err != nil {
 		return 0, nil, err
 	}
-	var v map[string]string
+	var v map[string]any
 	if err := json.Unmarshal(body, &v); err != nil {
 		return status, nil, fmt.Errorf("/readyz body %s: %v", body, err)
 	}
@@ -144,11 +144,11 @@ func rmReady(ts *testServer) (int, map[string]string, error) {
 
 // rmReadyIs reports whether a /readyz answer says that the instance is
 // ready with its limits where want says ("redis" or "local").
-func rmReadyIs(status int, body map[string]string, want string) bool {
+func rmReadyIs(status int, body map[string]any, want string) bool {
 	wantRedis := map[string]string{"redis": "up", "local": "not answering"}[want]
-	others := 0 // keys beyond these three: only PostgreSQL's replication (synchronous_*)
+	others := 0 // keys beyond these three: only PostgreSQL's replication (synchronous_*) and lost writes
 	for k := range body {
-		if k != "status" && k != "limits" && k != "redis" && !strings.HasPrefix(k, "synchronous_") {
+		if k != "status" && k != "limits" && k != "redis" && !strings.HasPrefix(k, "synchronous_") && k != "lost_writes" {
 			others++
 		}
 	}
@@ -575,7 +575,7 @@ func TestRedisOutageFallsBackAndReturns(t *testing.T) {
 	rs.kill()
 	// The first request after the kill fails over; from then on /readyz
 	// says so, and stays 200.
-	var lastReady map[string]string
+	var lastReady map[string]any
 	readyLocal := func() bool {
 		status, body, err := rmReady(ts)
 		if err != nil || status != 200 {

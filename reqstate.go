@@ -22,6 +22,7 @@ type reqState struct {
 	served  bool     // requireKey let it through to an operation: its log line is never held back
 	pattern string
 	err     error
+	trace   *span // its trace (trace.go): nil without one
 }
 
 type reqStateKey struct{}

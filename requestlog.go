@@ -59,6 +59,7 @@ type requestLine struct {
 	duration      time.Duration
 	bytes, key    int64
 	requestID     string
+	trace         *span // its trace_id and span_id; nil: none
 	remote        string
 	err           error
 	errText       string // err.Error(), taken by write
@@ -252,6 +253,9 @@ func (e *requestLine) appendText(b []byte, c *stampCache, t time.Time, level slo
 	b = strconv.AppendInt(b, e.key, 10)
 	b = append(b, " request_id="...)
 	b = appendTextString(b, e.requestID)
+	if e.trace != nil {
+		b = appendTraceIDs(b, false, e.trace)
+	}
 	b = append(b, " remote="...)
 	b = appendTextString(b, e.remote)
 	if e.err != nil {
@@ -348,6 +352,9 @@ func (e *requestLine) appendJSON(b []byte, c *stampCache, t time.Time, level slo
 	b = strconv.AppendInt(b, e.key, 10)
 	b = append(b, `,"request_id":`...)
 	b = appendJSONString(b, e.requestID)
+	if e.trace != nil {
+		b = appendTraceIDs(b, true, e.trace)
+	}
 	b = append(b, `,"remote":`...)
 	b = appendJSONString(b, e.remote)
 	if e.err != nil {

@@ -257,6 +257,18 @@ func sqliteStatementOnly(err error) bool {
 	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_CONSTRAINT
 }
 
+// sqliteChangeRow runs a write's UPDATE or DELETE in tx, which returns
+// the row it changed (RETURNING) for scan, or none: then errNotFound, the
+// write's own outcome (isOwnOutcome), which fails it alone in its batch.
+// PostgreSQL's twin is pgBatch.changeRow.
+func sqliteChangeRow(tx *sqliteBatchTx, scan func(*sql.Row) error, query string, args ...any) error {
+	err := scan(tx.QueryRow(query, args...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return errNotFound
+	}
+	return err
+}
+
 // sqliteBatchTx is the transaction that a batch of writes shares.
 type sqliteBatchTx struct {
 	*sql.Tx
@@ -279,8 +291,9 @@ func (tx *sqliteBatchTx) stmt(s *sql.Stmt) *sql.Stmt {
 // sqliteCommit returns the group commit's commit on SQLite's writer
 // connection. SQLite undoes a statement that fails on a constraint (a
 // unique or foreign key violation) alone, leaving the transaction open: a
-// write that fails so, or with a refusal (isRefusal) once it has undone
-// what it did (sqliteCreate), fails alone and the others commit.
+// write that fails so, or with its own outcome (isOwnOutcome: a refusal
+// once it has undone what it did, as sqliteCreate does; a row not found;
+// a precondition failed), fails alone and the others commit.
 func sqliteCommit(db *sql.DB) func(batch []*writeJob[*sqliteBatchTx]) {
 	return func(batch []*writeJob[*sqliteBatchTx]) {
 		results := make([]error, len(batch))
@@ -298,7 +311,7 @@ func sqliteCommit(db *sql.DB) func(batch []*writeJob[*sqliteBatchTx]) {
 				}
 				if err := j.run(tx); err != nil {
 					results[i] = err
-					if !sqliteStatementOnly(err) && !isRefusal(err) {
+					if !sqliteStatementOnly(err) && !isOwnOutcome(err) {
 						return sqliteDescribe(err) // the transaction itself may be gone
 					}
 				}
@@ -310,9 +323,9 @@ func sqliteCommit(db *sql.DB) func(batch []*writeJob[*sqliteBatchTx]) {
 		}()
 		for i, j := range batch {
 			// Not made, through no fault of this write: safe to retry. That
-			// holds for a refusal too: a 409 stored for a retry went with
-			// the transaction, and must not be answered.
-			if err != nil && (results[i] == nil || sqliteStatementOnly(results[i]) || isRefusal(results[i])) {
+			// holds for its own outcomes too: a 409 stored for a retry went
+			// with the transaction, and must not be answered.
+			if err != nil && (results[i] == nil || sqliteStatementOnly(results[i]) || isOwnOutcome(results[i])) {
 				results[i] = fmt.Errorf("%w: the batch's transaction failed: %w", errUnavailable, err)
 			}
 			j.done <- results[i]

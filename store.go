@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 )
@@ -20,7 +21,10 @@ var (
 	errConflict    = errors.New("conflict")
 	errRevoked     = errors.New("revoked")
 	errNoReference = errors.New("referenced row does not exist")
-	errUnavailable = errors.New("database unavailable")
+	// errPrecondition: a change's If-Match names another version of the
+	// row; nothing was changed.
+	errPrecondition = errors.New("precondition failed")
+	errUnavailable  = errors.New("database unavailable")
 	// errDBAway is errUnavailable for a database that cannot be reached, or
 	// that answers as a standby or as shutting down: an outage or a
 	// failover, which a retry a second later may find over (its 503 says
@@ -37,6 +41,16 @@ var (
 // undone alone, or never made, and the batch's transaction is as it was.
 func isRefusal(err error) bool {
 	return errors.Is(err, errConflict) || errors.Is(err, errNoReference) || errors.Is(err, errIdemExists)
+}
+
+// isOwnOutcome reports whether err is a write's own outcome in the group
+// commit (groupcommit.go), which fails that write alone: refused
+// (isRefusal), not found (errNotFound) or precondition failed
+// (errPrecondition). The write changed nothing, and the batch's
+// transaction is as it was, so its neighbours commit. Any other error is
+// the batch's failure.
+func isOwnOutcome(err error) bool {
+	return isRefusal(err) || errors.Is(err, errNotFound) || errors.Is(err, errPrecondition)
 }
 
 // Store is the database as the rest of petstore sees it: the union of its
@@ -253,7 +267,21 @@ type replication struct {
 	SyncCommit   string // synchronous_commit
 	SyncNames    string // synchronous_standby_names
 	SyncStandbys int    // standbys that confirm commits (sync or quorum); -1: unknown, the role may not read them (pg_monitor)
+	// Lost are the acknowledged creates found missing (or replaced) since
+	// the process started (DECISIONS.md section 21), in the order found;
+	// LostBy counts them by table: categories, pets, orders.
+	Lost   []lostWrite
+	LostBy [3]uint64
 }
+
+// lostWrite names an acknowledged create that the database lost.
+type lostWrite struct {
+	Table string `json:"table"`
+	ID    int64  `json:"id"`
+}
+
+// lostTables are the tables of replication.LostBy, in its order.
+var lostTables = [3]string{"categories", "pets", "orders"}
 
 // safe reports whether an acknowledged write is on a standby too: a
 // synchronous standby, and synchronous_commit that waits for it.
@@ -277,6 +305,9 @@ type storeOptions struct {
 	replica       string
 	replicaWait   time.Duration
 	replicaMaxLag time.Duration
+	// log gets what the store notices while it runs (PostgreSQL: a lost
+	// write, the last synchronous standby gone); nil: nothing is logged.
+	log *slog.Logger
 }
 
 // storeWrapKey carries a test's wrapper of serve's store (one that counts
@@ -358,7 +389,14 @@ func conflictNamed(name *string) error {
 // wrapCreate describes a create's error with the store's describe, but
 // for the refusals a handler answers as they are.
 func wrapCreate(what string, err error, describe func(error) error) error {
-	if isRefusal(err) {
+	return wrapWrite(what, err, describe)
+}
+
+// wrapWrite describes a write's error with the store's describe, but for
+// its own outcomes (isOwnOutcome: refused, not found, precondition
+// failed), which a handler answers as they are.
+func wrapWrite(what string, err error, describe func(error) error) error {
+	if err == nil || isOwnOutcome(err) {
 		return err
 	}
 	return fmt.Errorf("%s: %w", what, describe(err))

@@ -555,7 +555,8 @@ type waitingCerts struct {
 func (c *waitingCerts) waiting() string { return c.why }
 
 // TestReadyWaitsForCertificate: /readyz is 503 unavailable, with
-// Retry-After and the source's reason, while the certificate source waits,
+// Retry-After and the source's reason (on the admin listener; the API
+// listener says only that it waits), while the certificate source waits,
 // and 200 once it does not (the database answering). The real server's
 // sources (files) never wait: through it, /readyz is 200 on HTTPS and on
 // the admin listener.
@@ -563,13 +564,22 @@ func TestReadyWaitsForCertificate(t *testing.T) {
 	store := testStore(t, filepath.Join(t.TempDir(), "ready.db"), true)
 	lim := newLimiter(limiterConfig{Now: time.Now})
 	certs := &waitingCerts{why: "no answer yet from https://acme.example/directory: connection refused"}
-	h := handleReady(newReadiness(store, time.Now), lim, certs)
+	ready := newReadiness(store, time.Now)
+	h := handleReady(ready, lim, certs, true) // the admin listener's
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
 	r := response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
 	wantError(t, r, http.StatusServiceUnavailable, "unavailable")
 	if e := decode[apiError](t, r); !strings.Contains(e.Message, "waiting for a certificate") || !strings.Contains(e.Message, certs.why) {
 		t.Errorf("message %q", e.Message)
+	}
+	// The API listener's says why in a few words, not the CA's answer.
+	rec = httptest.NewRecorder()
+	handleReady(ready, lim, certs, false).ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+	r = response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
+	wantError(t, r, http.StatusServiceUnavailable, "unavailable")
+	if e := decode[apiError](t, r); !strings.Contains(e.Message, "waiting for a certificate") || strings.Contains(e.Message, "acme.example") {
+		t.Errorf("the API listener's message %q", e.Message)
 	}
 	if ra := rec.Header().Get("Retry-After"); ra != retryAfterUnavailable {
 		t.Errorf("Retry-After %q", ra)

@@ -145,7 +145,7 @@ mib() { awk -v b="$1" 'BEGIN {printf "%.1f", b / 1048576}'; }
 binary_rows() {
 	local size b_size
 	size=$(stat -c %s "$TMP/petstore") b_size=$(stat -c %s "$TMP/baseline")
-	row 4 "binary size, -trimpath -s -w: petstore" "" "" "" "" "$(mib "$size") MiB" "$(ratio "$size" "$b_size")" "<= 18 MiB" "$(ok "$size <= 18 * 1048576")"
+	row 4 "binary size, -trimpath -s -w: petstore" "" "" "" "" "$(mib "$size") MiB" "$(ratio "$size" "$b_size")" "<= 19 MiB" "$(ok "$size <= 19 * 1048576")"
 	row 4 "binary size, -trimpath -s -w: baseline" "" "" "" "" "$(mib "$b_size") MiB" 1.00 "" ""
 }
 table() {

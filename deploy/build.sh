@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds static, stripped petstore binaries for linux/amd64 and linux/arm64
 # into dist/ at the repository root, and checks that they are static and
-# within the size budget (18 MiB).
+# within the size budget (19 MiB, milestone 5; 18 MiB before).
 #   deploy/build.sh [VERSION]   (default: git describe --tags --always --dirty, else "dev")
 set -euo pipefail
 
@@ -22,11 +22,11 @@ for arch in amd64 arm64; do
 	else
 		go version -m "$out" | grep -q 'CGO_ENABLED=0' || { echo "$out: CGO_ENABLED=0 not recorded" >&2; exit 1; }
 	fi
-	# The budget of issue 17: the whole binary, Swagger UI included, at
-	# most 18 MiB.
+	# The budget of milestone 5 (issue 17 set 18 MiB): the whole binary, Swagger UI included, at
+	# most 19 MiB.
 	size=$(wc -c <"$out")
-	budget=$((18 * 1024 * 1024))
-	((size <= budget)) || { echo "$out: $size bytes, over the budget of $budget (18 MiB)" >&2; exit 1; }
+	budget=$((19 * 1024 * 1024))
+	((size <= budget)) || { echo "$out: $size bytes, over the budget of $budget (19 MiB)" >&2; exit 1; }
 	# For the host's architecture, ldd can check too (and the binary can run).
 	if [[ "$(go env GOHOSTOS)/$(go env GOHOSTARCH)" == "linux/$arch" ]]; then
 		if command -v ldd >/dev/null; then
