@@ -74,7 +74,7 @@ func handleCreate[In creatable[Row], Row any](store catalogStore, idem *idempote
 		created, err := create(store, r.Context(), row, iw)
 		switch {
 		case keyed && errors.Is(err, errIdemExists): // nothing was written
-			call.answerExisting(w, r)
+			call.answerExisting(w, r, iw.Found)
 		case err != nil && !isRefusal(err):
 			writeError(w, r, err) // 503: nothing was stored; a retry is safe
 		case iw != nil && iw.Status != 0:

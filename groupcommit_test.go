@@ -278,7 +278,7 @@ func TestGroupCommitNotFoundFailsAlone(t *testing.T) {
 		s := openTestStore(t, postgresSchema(t, needPostgres(t))).(*pgStore)
 		insert := func(name string) func(b *pgBatch) error {
 			return func(b *pgBatch) error {
-				b.Queue("INSERT INTO categories (name, fold, name_cmp) VALUES ($1, $1, $1)", name)
+				b.queue(pgStmtOf("INSERT INTO categories (name, fold, name_cmp) VALUES ($1, $1, $1)"), nil, name)
 				return nil
 			}
 		}

@@ -159,10 +159,11 @@ func (idem *idempotency) request(k idemKey) idemRequest {
 // this process (and, on PostgreSQL, locked), and its request's fingerprint.
 // The zero idemCall is a create without a key.
 type idemCall struct {
-	idem *idempotency
-	k    idemKey
-	req  idemRequest
-	fp   [32]byte
+	idem   *idempotency
+	k      idemKey
+	req    idemRequest
+	fp     [32]byte
+	marked bool // marked running (not on a store that IdemWaits)
 }
 
 // start begins the keyed create of r, whose body is body: it marks the key
@@ -172,11 +173,15 @@ type idemCall struct {
 // and finish follows it.
 func (idem *idempotency) start(w http.ResponseWriter, r *http.Request, key string, body []byte) (c idemCall, answered bool) {
 	k := idemKey{stateOf(r).key.Lineage, key} // one scope for a lineage: a retry with the rotated key replays
+	c = idemCall{idem: idem, k: k, req: idem.request(k), fp: fingerprint(r, body)}
+	if idem.store.IdemWaits() { // the store's create looks, and waits for a running one
+		return c, false
+	}
 	if !idem.enter(k) {
 		writeInUse(w, r)
 		return idemCall{}, true
 	}
-	c = idemCall{idem: idem, k: k, req: idem.request(k), fp: fingerprint(r, body)}
+	c.marked = true
 	if idem.begin(w, r, c.req, c.fp) {
 		idem.leave(k)
 		return idemCall{}, true
@@ -187,8 +192,10 @@ func (idem *idempotency) start(w http.ResponseWriter, r *http.Request, key strin
 // finish ends c's marks: the store's (after the create's transaction,
 // whatever its outcome), then this process's.
 func (c *idemCall) finish(r *http.Request) {
-	c.idem.end(r, c.req)
-	c.idem.leave(c.k)
+	if c.marked {
+		c.idem.end(r, c.req)
+		c.idem.leave(c.k)
+	}
 }
 
 // refuse answers err, the request's refusal; but a key used before
@@ -199,10 +206,15 @@ func (c *idemCall) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	}
 }
 
-// answerExisting answers a create that found c's key answered (SQLite
-// does not look before the create), or answered meanwhile by another
-// instance: that answer, or the key's reuse.
-func (c *idemCall) answerExisting(w http.ResponseWriter, r *http.Request) {
+// answerExisting answers a create that found c's key answered (neither
+// store looks before the create), or answered meanwhile by another
+// instance: that answer (found, when the store returned it with the
+// create's outcome; else looked up), or the key's reuse.
+func (c *idemCall) answerExisting(w http.ResponseWriter, r *http.Request, found *idemAnswer) {
+	if found != nil {
+		c.idem.answer(w, r, found, c.fp)
+		return
+	}
 	if !c.idem.replay(w, r, c.req, c.fp) {
 		writeInUse(w, r) // it expired this very moment: try again
 	}
@@ -274,7 +286,11 @@ func (idem *idempotency) answer(w http.ResponseWriter, r *http.Request, a *idemA
 			"this Idempotency-Key was sent with another request (method, path or body); send a new key for a new request"))
 	default:
 		w.Header().Set("Idempotency-Replayed", "true")
-		readAtReplay(r.Context(), idem.store, a.Status) // a 201 carries the position now
+		if a.Pos > 0 && a.Status == http.StatusCreated {
+			readSaw(r.Context(), a.Pos) // read with the answer
+		} else {
+			readAtReplay(r.Context(), idem.store, a.Status) // a 201 carries the position now
+		}
 		writeRaw(w, a.Status, a.Body)
 	}
 	return true
@@ -282,7 +298,7 @@ func (idem *idempotency) answer(w http.ResponseWriter, r *http.Request, a *idemA
 
 // end ends req's in-flight mark, if it has one. It may fail as the
 // request did (the database is away): the mark then goes with its
-// connection to the database (see pgIdemLocks).
+// connection to the database.
 func (idem *idempotency) end(r *http.Request, req idemRequest) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Second)
 	defer cancel()

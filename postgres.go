@@ -27,9 +27,9 @@ import (
 )
 
 // pgDefaultMaxConns is the default of --db-max-conns: ten connections per
-// instance, so that six instances (with their four Idempotency-Key lock
-// connections each: pgIdemLockConns) stay within PostgreSQL's default
-// max_connections of 100 and leave room for an operator's psql.
+// instance, so that six instances stay within PostgreSQL's default
+// max_connections of 100 and leave room for an operator's psql (and the
+// ACME lock's connection, when one is held).
 const pgDefaultMaxConns = 10
 
 // pgStore is the Store on a PostgreSQL database, which any number of
@@ -38,11 +38,10 @@ const pgDefaultMaxConns = 10
 // query, and its batches let the group commit send a whole batch of creates
 // in one round trip. golang-migrate gets a database/sql handle of its own.
 type pgStore struct {
-	pool      *pgxpool.Pool
-	idemLocks *pgIdemLocks
-	acmeLock  *pgACMELock // postgres_acme.go
-	now       func() time.Time
-	busy      time.Duration
+	pool     *pgxpool.Pool
+	acmeLock *pgACMELock // postgres_acme.go
+	now      func() time.Time
+	busy     time.Duration
 
 	hosts  int                         // hosts the URL lists
 	repl   atomic.Pointer[replication] // as last read (postgres_replication.go)
@@ -54,6 +53,7 @@ type pgStore struct {
 	checked atomic.Int64  // checks of written that ended (for the tests)
 
 	group             *groupCommitter[*pgBatch]
+	flights           pgFlightGate // the group commit's batches in flight (postgres_pipeline.go)
 	categoriesGen     pgSharedRead
 	categoryListReads atomic.Uint64
 	names             pgNameFill // postgres_catalog.go
@@ -145,7 +145,7 @@ func openPostgres(ctx context.Context, db string, o storeOptions) (*pgStore, err
 			return nil, err
 		}
 	}
-	// The schema scopes the Idempotency-Key and ACME locks: advisory locks
+	// The schema scopes the ACME lock: advisory locks
 	// are the whole database's, which other deployments may share.
 	var schema string
 	sctx, cancel := context.WithTimeout(ctx, o.busy)
@@ -154,12 +154,12 @@ func openPostgres(ctx context.Context, db string, o storeOptions) (*pgStore, err
 		pool.Close()
 		return nil, fmt.Errorf("open database %s: %w", shown, describePostgres(err))
 	}
-	s := &pgStore{pool: pool, idemLocks: newPgIdemLocks(cfg.ConnConfig, schema), acmeLock: newPgACMELock(cfg.ConnConfig, schema),
+	s := &pgStore{pool: pool, acmeLock: newPgACMELock(cfg.ConnConfig, schema),
 		now: o.now, busy: o.busy, hosts: pgHostCount(cfg.ConnConfig), closed: make(chan struct{}), log: pgLogOf(o), server: server}
 	reset := cfg.ConnConfig.Tracer.(*pgConnReset)
 	reset.pool.Store(pool)
-	reset.locks.Store(s.idemLocks)
 	reset.seen.Store(server)
+	s.flights.max = max(1, min(pgMaxFlights, int(cfg.MaxConns)-pgFlightsLeave))
 	s.group = newGroupCommitter(s.commitBatch)
 	if o.migrate {
 		if err := s.fillNameCmp(ctx); err != nil {
@@ -203,8 +203,8 @@ func (s *pgStore) op(ctx context.Context) (context.Context, context.CancelFunc) 
 
 func (s *pgStore) Close() error {
 	close(s.closed)
+	s.flights.drain() // then the loop's last batches fly in it
 	s.group.close()
-	s.idemLocks.closeAll()
 	s.pool.Close()
 	if s.replica != nil {
 		s.replica.close()
@@ -247,8 +247,8 @@ func (s *pgStore) DeploymentID(ctx context.Context) (string, error) {
 }
 
 func (s *pgStore) Stats() storeStats {
-	batches, writes := s.group.stats()
-	st := storeStats{Batches: batches, Writes: writes, CategoryListReads: s.categoryListReads.Load()}
+	_, writes := s.group.stats()
+	st := storeStats{Batches: s.flights.flownCount(), Writes: writes, CategoryListReads: s.categoryListReads.Load()}
 	if s.replica != nil {
 		st.Replica = s.replica.stats()
 	}

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -125,4 +127,38 @@ func (l *pgACMELock) lock(ctx context.Context, busy time.Duration) (func(), erro
 			return nil, fmt.Errorf("the ACME issuer lock: %w", describePostgres(err))
 		}
 	}
+}
+
+// errPgReadOnlyServer: the ACME lock's server is read-only.
+var errPgReadOnlyServer = fmt.Errorf("%w: the server is read-only", errDBAway)
+
+// pgLockKeepAlive is the server's keepalive on the ACME lock's connection
+// (tcp_keepalives_*): first probe after Idle, then every Interval, Count
+// unanswered ones and the session ends, with its lock; so a vanished
+// instance's lock goes within about 30 s (tcp_user_timeout may end it
+// sooner). The client's side is pgDial's.
+var pgLockKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 10 * time.Second, Interval: 5 * time.Second, Count: 4}
+
+// pgLockConnConfig is cfg for a connection that holds an advisory lock,
+// outside the pool: the pool's dialer (pgFollowsPrimary), keepalives on
+// the server's end too (pgLockKeepAlive), and app added to its
+// application_name.
+func pgLockConnConfig(cfg *pgx.ConnConfig, app string) *pgx.ConnConfig {
+	c := cfg.Copy()
+	// The server's side: a host that vanished without a word (no FIN) is
+	// noticed and its session, with its lock, ended. A URL that sets these
+	// wins.
+	for k, v := range map[string]string{
+		"tcp_keepalives_idle":     strconv.Itoa(int(pgLockKeepAlive.Idle.Seconds())),
+		"tcp_keepalives_interval": strconv.Itoa(int(pgLockKeepAlive.Interval.Seconds())),
+		"tcp_keepalives_count":    strconv.Itoa(pgLockKeepAlive.Count),
+		"tcp_user_timeout":        strconv.FormatInt(pgTCPUserTimeout.Milliseconds(), 10),
+	} {
+		if c.RuntimeParams[k] == "" {
+			c.RuntimeParams[k] = v
+		}
+	}
+	// Named apart from the pool's in pg_stat_activity.
+	c.RuntimeParams["application_name"] += " " + app
+	return c
 }

@@ -9,23 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
-
-// pgBatch is a batch of creates on its way to PostgreSQL: one statement
-// per write, sent together and answered together.
-type pgBatch struct {
-	pgx.Batch
-	errs []error // each write's own failure, by its index in the batch
-	job  int     // the index of the write queuing now
-	// then queue the second round, which the first one's answers decide:
-	// the keyed creates' answers (pgCreate).
-	then []func(next *pgx.Batch)
-	pos  uint64 // the primary's position after the COMMIT (postgres_replica.go); 0: unknown
-}
 
 // insertID queues a create's statement (pgKeyedForm's unkeyed form), which
 // returns the new row's id, or NULL and what holds the name. A NULL id (ON
@@ -33,9 +22,9 @@ type pgBatch struct {
 // fails this write alone, with noRow: PostgreSQL would undo the whole
 // transaction for a statement that failed on a constraint, so the
 // statements are written not to fail on them.
-func (b *pgBatch) insertID(noRow error, id *int64, query string, args ...any) {
+func (b *pgBatch) insertID(noRow error, id *int64, st *pgStmt, args ...any) {
 	i := b.job
-	b.Queue(query, args...).QueryRow(func(row pgx.Row) error {
+	b.queue(st, func(row pgx.Row) error {
 		var made *int64
 		var holder *string
 		if err := row.Scan(&made, &holder); err != nil {
@@ -47,20 +36,20 @@ func (b *pgBatch) insertID(noRow error, id *int64, query string, args ...any) {
 			*id = *made
 		}
 		return nil
-	})
+	}, args...)
 }
 
 // changeRow queues the write's UPDATE or DELETE, which returns the row it
 // changed (RETURNING) for scan, or none: then errNotFound, the write's own
 // outcome (isOwnOutcome), which fails it alone (sqliteChangeRow's twin).
 func (b *pgBatch) changeRow(scan func(pgx.Row) error, query string, args ...any) {
-	b.Queue(query, args...).QueryRow(b.own(func(row pgx.Row) error {
+	b.queue(pgStmtOf(query), b.own(func(row pgx.Row) error {
 		err := scan(row)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return errNotFound
 		}
 		return err
-	}))
+	}), args...)
 }
 
 // own wraps the answer fn of a statement of the write queuing now: an own
@@ -110,14 +99,39 @@ const pgLockCatalog = "SELECT pg_advisory_xact_lock(1885697139, " + pgSchemaKey 
 // the schema the tables are in.
 const pgSchemaKey = "coalesce(to_regnamespace(current_schema())::oid::int4, 0)"
 
-// commitBatch is the group commit's commit on PostgreSQL: BEGIN and the
-// lock, then every write in one round trip, then COMMIT; each write is
-// answered after the commit, and within the busy timeout of its arrival:
-// the batch must commit by its oldest write's deadline. A failure of the transaction fails every
-// write in it as errUnavailable. When the connection breaks during COMMIT,
-// the writes may or may not have been made: they are answered 503 too, as
-// PostgreSQL cannot say.
+// commitBatch is the group commit's commit on PostgreSQL: the batch flies
+// now (flyBatch) if the gate has room, else its writes wait for the next
+// flight, with those that come meanwhile (pgFlightGate).
 func (s *pgStore) commitBatch(batch []*writeJob[*pgBatch]) {
+	jobs := slices.Clone(batch) // the loop reuses batch's array for the next
+	now, wait := s.flights.enter(jobs)
+	switch {
+	case now == nil:
+	case wait:
+		s.flyBatches(now)
+	default:
+		go s.flyBatches(now)
+	}
+}
+
+// flyBatches flies jobs, then the writes that waited meanwhile, as long as
+// there are some and the gate lets it.
+func (s *pgStore) flyBatches(jobs []*writeJob[*pgBatch]) {
+	for jobs != nil {
+		jobs = s.flights.leave(s.flyBatch(jobs))
+	}
+}
+
+// flyBatch is one transaction of creates: BEGIN, the lock, every write and
+// COMMIT in one flight (sendBatch, postgres_pipeline.go); each write is
+// answered after the commit, and within the busy timeout of its arrival:
+// the batch must commit by its oldest write's deadline. A failure of the
+// transaction fails every write in it as errUnavailable. When the
+// connection breaks before COMMIT's answer, the writes may or may not have
+// been made: they are answered 503 too, as PostgreSQL cannot say.
+//
+// It returns the round trip that the flight measured (0: none).
+func (s *pgStore) flyBatch(batch []*writeJob[*pgBatch]) (rtt time.Duration) {
 	b := &pgBatch{errs: make([]error, len(batch))}
 	queued := make([]bool, len(batch))
 	answered := make([]bool, len(batch))
@@ -159,50 +173,7 @@ func (s *pgStore) commitBatch(batch []*writeJob[*pgBatch]) {
 		}
 		j.done <- b.errs[i]
 	}
-}
-
-// sendBatch runs b in a transaction that must commit by deadline.
-func (s *pgStore) sendBatch(b *pgBatch, deadline time.Time) error {
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	// The lock comes with BEGIN, in one round trip, before the batch: pgx
-	// prepares a batch's new statements before it runs any of them, and
-	// preparing an INSERT takes the table's ROW EXCLUSIVE lock, which must
-	// not come first with a lock that conflicts with it (a table lock once
-	// did: two instances deadlocked). The connection is the batch's own, so
-	// that COMMIT and the position after it go in one round trip
-	// (pgCommitAt); released with a transaction still open (a failure), the
-	// pool closes it.
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return describePostgres(err)
-	}
-	defer conn.Release()
-	tx, err := conn.Conn().BeginTx(ctx, pgx.TxOptions{BeginQuery: "BEGIN; " + pgLockCatalog})
-	if err != nil {
-		return describePostgres(err)
-	}
-	ended := false
-	defer func() {
-		if !ended {
-			tx.Rollback(ctx)
-		}
-	}()
-	if err := tx.SendBatch(ctx, &b.Batch).Close(); err != nil {
-		return describePostgres(err)
-	}
-	if len(b.then) > 0 {
-		next := &pgx.Batch{}
-		for _, f := range b.then {
-			f(next)
-		}
-		if err := tx.SendBatch(ctx, next).Close(); err != nil {
-			return describePostgres(err)
-		}
-	}
-	ended = true
-	b.pos, err = pgCommitAt(ctx, conn.Conn())
-	return err
+	return b.rtt
 }
 
 // The creates' statements, without an Idempotency-Key and with one
@@ -213,14 +184,14 @@ func (s *pgStore) sendBatch(b *pgBatch, deadline time.Time) error {
 // instances take turns under pgLockCatalog, and an earlier statement of
 // this batch is seen too), but not the row this statement inserts.
 var (
-	pgInsertCategory, pgInsertCategoryKeyed = pgKeyedForm(`INSERT INTO categories (name, fold, name_cmp, description)
+	pgInsertCategory, pgInsertCategoryKeyed = pgKeyedForm("petstore_create_category", `INSERT INTO categories (name, fold, name_cmp, description)
 		SELECT $1::text, $2::text, $3::text, $4::text
 		WHERE NOT EXISTS (SELECT 1 FROM categories WHERE name_cmp IS NULL AND id > $5::bigint)%s
 		ON CONFLICT DO NOTHING RETURNING id`, 5,
 		`CASE WHEN NOT EXISTS (SELECT 1 FROM made) THEN (SELECT name FROM categories WHERE fold = $2 OR name_cmp = $3 ORDER BY id LIMIT 1) END`)
-	pgInsertPet, pgInsertPetKeyed = pgKeyedForm(`INSERT INTO pets (name, category_id, status)
+	pgInsertPet, pgInsertPetKeyed = pgKeyedForm("petstore_create_pet", `INSERT INTO pets (name, category_id, status)
 		SELECT $1::text, $2::bigint, $3::text WHERE EXISTS (SELECT 1 FROM categories WHERE id = $2)%s RETURNING id`, 3, "")
-	pgInsertOrder, pgInsertOrderKeyed = pgKeyedForm(`INSERT INTO orders (pet_id, quantity, status, created_at)
+	pgInsertOrder, pgInsertOrderKeyed = pgKeyedForm("petstore_create_order", `INSERT INTO orders (pet_id, quantity, status, created_at)
 		SELECT $1::bigint, $2::integer, $3::text, $4::timestamptz WHERE EXISTS (SELECT 1 FROM pets WHERE id = $1)%s RETURNING id`, 4, "")
 )
 
@@ -233,7 +204,7 @@ func (s *pgStore) CreateCategory(ctx context.Context, c Category, fold string, i
 	for try := 1; ; try++ {
 		filled := s.names.filled.Load()
 		err := s.writeAt(ctx, func(b *pgBatch) error {
-			pgCreate(b, idem, errConflict, &c.ID, func() Category { return c }, pgInsertCategory, pgInsertCategoryKeyed, c.Name, fold, cmp, c.Description, filled)
+			pgCreate(b, idem, errConflict, &c.ID, func() Category { return c }, c.Name, pgInsertCategory, pgInsertCategoryKeyed, c.Name, fold, cmp, c.Description, filled)
 			return nil
 		})
 		if errors.Is(err, errPgNamesUnfilled) && try < 3 {
@@ -245,6 +216,7 @@ func (s *pgStore) CreateCategory(ctx context.Context, c Category, fold string, i
 		if errors.Is(err, errPgNamesUnfilled) { // older instances writing faster than this one fills
 			err = fmt.Errorf("%w: %w", errUnavailable, err)
 		}
+		err = pgKeepLate(ctx, s, idem, c, err)
 		if err != nil {
 			return Category{}, wrapCreate("insert category", err, describePostgres)
 		}
@@ -369,7 +341,7 @@ func pgScanCategory(row pgx.CollectableRow) (Category, error) {
 
 func (s *pgStore) CreatePet(ctx context.Context, p Pet, idem *idemWrite[Pet]) (Pet, error) {
 	err := s.writeAt(ctx, func(b *pgBatch) error {
-		pgCreate(b, idem, errNoReference, &p.ID, func() Pet { return p }, pgInsertPet, pgInsertPetKeyed, p.Name, p.CategoryID, p.Status)
+		pgCreate(b, idem, errNoReference, &p.ID, func() Pet { return p }, "", pgInsertPet, pgInsertPetKeyed, p.Name, p.CategoryID, p.Status)
 		return nil
 	})
 	if err != nil {
@@ -407,7 +379,7 @@ func (s *pgStore) CreateOrder(ctx context.Context, o Order, idem *idemWrite[Orde
 	created := s.now().UTC().Truncate(time.Second)
 	o.CreatedAt = created.Format(time.RFC3339)
 	err := s.writeAt(ctx, func(b *pgBatch) error {
-		pgCreate(b, idem, errNoReference, &o.ID, func() Order { return o }, pgInsertOrder, pgInsertOrderKeyed, o.PetID, o.Quantity, o.Status, created)
+		pgCreate(b, idem, errNoReference, &o.ID, func() Order { return o }, "", pgInsertOrder, pgInsertOrderKeyed, o.PetID, o.Quantity, o.Status, created)
 		return nil
 	})
 	if err != nil {

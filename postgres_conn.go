@@ -41,7 +41,7 @@ const pgTCPUserTimeout = 10 * time.Second
 // unanswered (it overrides Count).
 var pgKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 2 * time.Second, Count: 3}
 
-// pgDial dials the pool's and the lock connections: TCP with pgKeepAlive
+// pgDial dials the pool's and the ACME lock's connections: TCP with pgKeepAlive
 // and pgTCPUserTimeout; a Unix socket as it is. The connect timeout is
 // the driver's (ConnectTimeout, per host).
 func pgDial() pgconn.DialFunc {
@@ -88,7 +88,7 @@ func pgKeepsConn(_ *pgconn.PgConn, pe *pgconn.PgError) bool {
 var pgReadOnlyParams = []string{"default_transaction_read_only", "in_hot_standby"}
 
 // pgFollowsPrimary sets up cfg, the pool's configuration read from the URL
-// db, to follow a failover; the lock connections are made from a copy of
+// db, to follow a failover; the ACME lock's connection is made from a copy of
 // it. Each connection is dialled by pgDial, waits at most pgConnectTimeout
 // (or the URL's connect_timeout) for a host, and never more than busy (half
 // of it with several hosts), and is closed after the errors of pgKeepsConn;
@@ -103,7 +103,7 @@ func pgFollowsPrimary(cfg *pgxpool.Config, db string, busy time.Duration) {
 		cc.ConnectTimeout = pgConnectTimeout
 	}
 	hosts := pgHostCount(cc)
-	// A connection made for a request (a lock connection's) must reach the
+	// A connection made for a request (the ACME lock's) must reach the
 	// next host within the request's busy timeout when the first vanished.
 	if hosts > 1 {
 		busy /= 2
@@ -111,7 +111,7 @@ func pgFollowsPrimary(cfg *pgxpool.Config, db string, busy time.Duration) {
 	cc.ConnectTimeout = min(cc.ConnectTimeout, busy)
 	cc.DialFunc = pgDial()
 	cc.OnPgError = pgKeepsConn
-	cc.Tracer = &pgConnReset{} // openPostgres tells it the pool and the locks
+	cc.Tracer = &pgConnReset{} // openPostgres tells it the pool
 	if hosts < 2 || cc.ValidateConnect != nil || pgSessionAttrsGiven(db) {
 		return
 	}
@@ -151,8 +151,7 @@ func pgSessionAttrsGiven(db string) bool {
 // take a storm of new connections.
 const pgResetEvery = time.Second
 
-// pgConnReset drops every connection of the store, the pool's and the lock
-// ones, when one of them broke during a statement (a cut socket, a busy
+// pgConnReset drops every connection of the store's pool when one of them broke during a statement (a cut socket, a busy
 // timeout, a server that shut it down or answered read-only: the driver
 // closed it), not by the client's hang-up. The others went to the same
 // host, and are most likely as dead: a host that vanished without a word
@@ -161,10 +160,9 @@ const pgResetEvery = time.Second
 // which sees every statement end, on every connection made from the
 // pool's configuration.
 type pgConnReset struct {
-	pool  atomic.Pointer[pgxpool.Pool]
-	locks atomic.Pointer[pgIdemLocks]
-	seen  atomic.Pointer[pgServerSeen] // told of the drop: the next connection is a reconnection
-	last  atomic.Int64                 // when it last dropped them, in Unix nanoseconds
+	pool atomic.Pointer[pgxpool.Pool]
+	seen atomic.Pointer[pgServerSeen] // told of the drop: the next connection is a reconnection
+	last atomic.Int64                 // when it last dropped them, in Unix nanoseconds
 }
 
 func (r *pgConnReset) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
@@ -186,8 +184,7 @@ func (r *pgConnReset) TraceBatchEnd(ctx context.Context, conn *pgx.Conn, d pgx.T
 }
 
 // broke drops every connection if conn broke with err, at most once every
-// pgResetEvery. Those in use go when they are released (the pool's) or
-// before their next use (the lock ones).
+// pgResetEvery. Those in use go when they are released.
 func (r *pgConnReset) broke(conn *pgx.Conn, err error) {
 	if err == nil || !conn.IsClosed() || errors.Is(err, context.Canceled) {
 		return
@@ -201,8 +198,5 @@ func (r *pgConnReset) broke(conn *pgx.Conn, err error) {
 	}
 	if seen := r.seen.Load(); seen != nil {
 		seen.dropped.Store(true)
-	}
-	if l := r.locks.Load(); l != nil {
-		l.resetAll()
 	}
 }

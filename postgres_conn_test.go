@@ -12,12 +12,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestPostgresConnConfig: how the pool's and the lock connections are made
+// TestPostgresConnConfig: how the pool's and the ACME lock's connections are made
 // (DECISIONS.md section 19). With several hosts and no
 // target_session_attrs, only to a read-write one; 2 s per host without a
 // connect_timeout, the URL's when it has one, never more than the busy
 // timeout (half of it with several hosts: the next host must have time);
-// and every connection, the pool's and the lock ones', dialled
+// and every connection, the pool's and the ACME lock's, dialled
 // with TCP keepalives and a TCP_USER_TIMEOUT of at most 10 s. No server
 // needed: the dialer is tried on a listener of the test's.
 func TestPostgresConnConfig(t *testing.T) {
@@ -75,7 +75,6 @@ func TestPostgresConnConfig(t *testing.T) {
 		fn   pgconn.DialFunc
 	}{
 		{"pool", cfg.ConnConfig.DialFunc},
-		{"idempotency locks", newPgIdemLocks(cfg.ConnConfig, "s").cfg.DialFunc},
 		{"acme lock", newPgACMELock(cfg.ConnConfig, "s").cfg.DialFunc},
 	} {
 		c, err := dial.fn(context.Background(), "tcp", ln.Addr().String())
@@ -110,11 +109,11 @@ func TestPostgresConnConfig(t *testing.T) {
 	}
 }
 
-// TestPostgresLocksRefuseReadOnly: the Idempotency-Key and ACME lock
-// connections take no lock on a read-only server (a fenced old primary,
-// here a session with default_transaction_read_only): a lock there keeps
-// no other instance out. Each answers errDBAway (503, Retry-After: 1);
-// on a read-write session both lock as before.
+// TestPostgresLocksRefuseReadOnly: the ACME lock connection takes no lock
+// on a read-only server (a fenced old primary, here a session with
+// default_transaction_read_only): a lock there keeps no other instance
+// out; it answers errDBAway (503, Retry-After: 1), and so does a keyed
+// create's flight there. On a read-write session both work as before.
 func TestPostgresLocksRefuseReadOnly(t *testing.T) {
 	db := postgresSchema(t, needPostgres(t))
 	openTestStore(t, db) // migrated
@@ -128,12 +127,12 @@ func TestPostgresLocksRefuseReadOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 		now := time.Now()
-		r := idemRequest{KeyID: 1, Key: "ro", Owner: 1, Now: now, Since: now.Add(-time.Hour)}
-		_, err = s.BeginIdempotent(context.Background(), r)
+		w := &idemWrite[Category]{idemRequest: idemRequest{KeyID: 1, Key: "ro", Owner: 1, Now: now, Since: now.Add(-time.Hour)},
+			answer: func(Category, error) (int, []byte, bool) { return 0, nil, false }}
+		_, err = s.CreateCategory(context.Background(), Category{Name: "ro"}, "ro", w)
 		if readOnly != errors.Is(err, errDBAway) || (!readOnly && err != nil) {
-			t.Errorf("read-only %v: a keyed create's lock: %v", readOnly, err)
+			t.Errorf("read-only %v: a keyed create: %v", readOnly, err)
 		}
-		s.EndIdempotent(context.Background(), r)
 		unlock, err := s.ACMELock(context.Background())
 		if readOnly != errors.Is(err, errDBAway) || (!readOnly && err != nil) {
 			t.Errorf("read-only %v: the ACME issuer lock: %v", readOnly, err)

@@ -703,9 +703,9 @@ func foDurability(t *testing.T, name string, ts *testServer, want, metric, warn 
 }
 
 // foCommitCut is a TCP proxy to a primary that, once armed, cuts the next
-// transaction of creates (one that takes pgLockCatalog) at its COMMIT:
+// flight of creates (the one whose write holds the batch's COMMIT):
 // holding the server's answers from then on (the commit happens, its
-// answer is lost), or holding the COMMIT itself (it never happens).
+// answer is lost), or holding that write (it never happens).
 type foCommitCut struct {
 	ln     net.Listener
 	target string
@@ -775,15 +775,14 @@ func (p *foCommitCut) forward(c net.Conn) {
 	}()
 	go func() { // the client's messages
 		buf := make([]byte, 32<<10)
-		creating := false // a transaction of creates (pgLockCatalog) is open
+		// The batch's COMMIT: the Bind of its prepared statement (and its
+		// Parse, the first time), in the flight of a batch (sendBatch).
+		commit := []byte(pgStmtCommit.name + "\x00")
 		for {
 			n, err := c.Read(buf)
 			if n > 0 {
-				creating = creating || bytes.Contains(buf[:n], []byte(pgLockCatalog))
 				mode := p.mode.Load()
-				// The batch's COMMIT: a simple Query message, with the
-				// position after it (pgCommitAt).
-				if creating && mode != foForward && bytes.Contains(buf[:n], []byte("Q")) && bytes.Contains(buf[:n], []byte("COMMIT; "+pgPrimaryPos)) && p.mode.CompareAndSwap(mode, foForward) {
+				if mode != foForward && bytes.Contains(buf[:n], commit) && p.mode.CompareAndSwap(mode, foForward) {
 					mute.Store(true)
 					p.once.Do(func() { close(p.held) })
 					if mode == foLoseCommit {

@@ -1,98 +1,218 @@
-// postgres_idempotency.go owns PostgreSQL's Idempotency-Key records: the
-// in-flight marks that every instance sees (advisory locks, on connections
-// of their own: pgIdemLocks), a keyed create's claim, answer and drop in
-// the group commit's transaction, and the purge.
+// postgres_idempotency.go owns PostgreSQL's Idempotency-Key records: a
+// keyed create's statement, which looks for an earlier answer, makes the
+// row and stores its answer in one statement of the batch's flight
+// (DECISIONS.md section 22), the answers built there around the new id,
+// the lookups of the refusals, and the purge.
 
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"net"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// pgKeyedCreate makes a create's INSERT, whose n arguments are $1 to $n
-// and whose "%s" is where its WHERE clause takes one more condition, the
-// statement of a keyed create: it claims the key (replacing an expired
-// answer), inserts the row only if the claim was made, and returns
-// whether it was and the new row's id, or NULL. The claim is an answer
-// with an empty body that the same transaction fills in or deletes
-// (pgCreate): nobody ever sees it so. PostgreSQL would abort the whole
-// transaction on a unique violation, so the claim's ON CONFLICT turns one
-// into "not claimed", and the unique (key_id, idem_key) stays the backstop.
-func pgKeyedCreate(insert string, n int, holder string) string {
+// pgKeyedForm returns a create's statements without an Idempotency-Key
+// and with one, named after name. insert is the create's INSERT, whose n
+// arguments are $1 to $n, with a "%s" where its WHERE clause takes one
+// more condition; holder is an expression of the name that holds the one
+// sent, which may read the CTE "made" to look only when the INSERT made no
+// row ("": none, and no conflict is ever answered).
+//
+// The keyed statement takes seven more arguments: the API key's id, the
+// Idempotency-Key, the request's fingerprint, now and the expiry (Unix
+// microseconds), and the bytes of the 201's body before and after the new
+// id (NULL: not kept); with a holder, three more: the 409's body when the
+// holder's name is the one sent, and the bytes before and after the
+// holder's name, quoted, in the other 409 (pgConflictParts). In one
+// statement, under the catalog's lock that orders every keyed create of
+// every instance (pgLockCatalog), it reads the key's answer (prior); when
+// there is none it inserts the row and stores the answer made of it
+// (kept), a 201 or a 409 conflict; and it returns the row's id, the
+// holder, the earlier answer and the answer kept. The unique
+// (key_id, idem_key) stays the backstop: an answer that could not be
+// stored (a row there that prior did not see, which the lock rules out)
+// fails the statement (a division by zero), and the whole batch with it,
+// rather than let a row be made without its answer.
+func pgKeyedForm(name, insert string, n int, holder string) (unkeyed, keyed *pgStmt) {
 	p := func(i int) string { return "$" + strconv.Itoa(n+i) }
-	return `WITH claim AS (
-		INSERT INTO idempotency (key_id, idem_key, fingerprint, status, body, created_us) VALUES (` +
-		p(1) + `, ` + p(2) + `, ` + p(3) + `, 201, '', ` + p(4) + `)
-		ON CONFLICT (key_id, idem_key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, status = 201, body = '', created_us = EXCLUDED.created_us
-		WHERE idempotency.created_us <= ` + p(5) + ` RETURNING 1
-	), made AS (` + fmt.Sprintf(insert, " AND EXISTS (SELECT 1 FROM claim)") + `)
-	SELECT EXISTS (SELECT 1 FROM claim), (SELECT id FROM made), ` + holder
+	conflict := holder != ""
+	if !conflict {
+		holder = "NULL::text"
+	}
+	unkeyed = &pgStmt{name, `WITH made AS (` + fmt.Sprintf(insert, "") + `) SELECT (SELECT id FROM made), ` + holder}
+	answers := `SELECT 201 AS status, ` + p(6) + ` || convert_to(id::text, 'UTF8') AS body0, ` + p(7) + ` AS body1 FROM made`
+	if conflict {
+		// The holder's name quoted as Go's %q and then JSON quote it, for
+		// names of printable ASCII (only \ and " are escaped, each by both);
+		// another name waits for pgKeepLate.
+		answers += ` UNION ALL SELECT 409, CASE WHEN name = $1 THEN ` + p(8) + `
+			WHEN name ~ '^[ -~]*$' THEN ` + p(9) + ` || convert_to(replace(replace(name, chr(92), repeat(chr(92), 4)), chr(34), repeat(chr(92), 3) || chr(34)), 'UTF8') END,
+			CASE WHEN name = $1 THEN ''::bytea ELSE ` + p(10) + ` END FROM held WHERE name IS NOT NULL`
+	}
+	keyed = &pgStmt{name + "_keyed", `WITH prior AS (
+		SELECT fingerprint, status, body FROM idempotency WHERE key_id = ` + p(1) + ` AND idem_key = ` + p(2) + ` AND created_us > ` + p(5) + `
+	), made AS (` + fmt.Sprintf(insert, " AND NOT EXISTS (SELECT 1 FROM prior)") + `
+	), held AS (
+		SELECT ` + holder + ` AS name WHERE NOT EXISTS (SELECT 1 FROM prior)
+	), answer AS (
+		SELECT status, body0 || body1 AS body FROM (` + answers + `) a WHERE body0 IS NOT NULL AND body1 IS NOT NULL
+	), kept AS (
+		INSERT INTO idempotency (key_id, idem_key, fingerprint, status, body, created_us)
+		SELECT ` + p(1) + `, ` + p(2) + `, ` + p(3) + `, status, body, ` + p(4) + ` FROM answer
+		ON CONFLICT (key_id, idem_key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status, body = EXCLUDED.body, created_us = EXCLUDED.created_us
+		WHERE idempotency.created_us <= ` + p(5) + `
+		RETURNING status, body
+	)
+	SELECT (SELECT id FROM made), (SELECT name FROM held), p.fingerprint, p.status, p.body, k.status, k.body,
+		CASE WHEN EXISTS (SELECT 1 FROM answer) AND k.status IS NULL THEN 1 / (SELECT count(*)::int FROM kept) END
+	FROM (SELECT) AS one LEFT JOIN prior p ON true LEFT JOIN kept k ON true`}
+	return unkeyed, keyed
 }
 
-// The second round of a batch with keyed creates: each stores its answer,
-// or drops its claim. (Its in-flight lock goes after the commit:
-// EndIdempotent.)
-const (
-	pgSettleIdem = `UPDATE idempotency SET status = $3, body = $4 WHERE key_id = $1 AND idem_key = $2`
-	pgDropIdem   = `DELETE FROM idempotency WHERE key_id = $1 AND idem_key = $2`
-)
+// pgIDMark is the id a 201's body is built with before the statement
+// puts the new id in its place: pgCreate splits the body where it is (at
+// `"id":` and it, when a name holds it too: no string can hold `"id":`
+// unescaped).
+const pgIDMark = 7340043210987654321
 
-// pgCreate queues a create: insert with its args (unkeyed is the
-// statement without an Idempotency-Key, keyed the one pgKeyedCreate made of
-// it), which sets *id, or fails this write alone with noRow when it
-// returns no row. With an Idempotency-Key, the answer to the outcome is
-// stored, or the claim dropped, in the batch's second round, before the
-// commit; a key with an answer stored is errIdemExists.
-func pgCreate[Row any](b *pgBatch, w *idemWrite[Row], noRow error, id *int64, row func() Row, unkeyed, keyed string, args ...any) {
+// pgNameMark is the holder's name a 409's body is built with before the
+// statement puts the holder's there: a control character, which no name
+// holds (validName), so that its quoted form is found once.
+const pgNameMark = "\x01"
+
+// pgBodyParts splits body around the first mark: nil, nil when it is not
+// there (the answer is then not kept).
+func pgBodyParts(body []byte, mark string) (before, after []byte) {
+	i := bytes.Index(body, []byte(mark))
+	if i < 0 {
+		return nil, nil
+	}
+	return body[:i], body[i+len(mark):]
+}
+
+// pgCreate queues a create: with no Idempotency-Key (w nil) the statement
+// unkeyed with args, which sets *id or fails this write alone with noRow
+// when it makes no row; with one, keyed (pgKeyedForm), whose answer is
+// built around the id (row is the row as made, *id aside) and, for a
+// create refused as a conflict, around the holder's name (name is the one
+// sent). A key with an answer stored already is errIdemExists, with that
+// answer in w.Found.
+func pgCreate[Row any](b *pgBatch, w *idemWrite[Row], noRow error, id *int64, row func() Row, name string, unkeyed, keyed *pgStmt, args ...any) {
 	if w == nil {
 		b.insertID(noRow, id, unkeyed, args...)
 		return
 	}
 	i := b.job
-	args = append(args, w.KeyID, w.Key, w.Fingerprint[:], w.Now.UnixMicro(), w.Since.UnixMicro())
-	b.Queue(keyed, args...).QueryRow(func(r pgx.Row) error {
-		var claimed bool
+	*id = pgIDMark
+	var pre, post []byte
+	if _, body, keep := w.answer(row(), nil); keep {
+		mark := strconv.FormatInt(pgIDMark, 10)
+		if bytes.Count(body, []byte(mark)) == 1 {
+			pre, post = pgBodyParts(body, mark)
+		} else if pre, post = pgBodyParts(body, `"id":`+mark); pre != nil { // a name that holds the mark too
+			pre = append(pre, `"id":`...)
+		}
+	}
+	*id = 0
+	args = append(args, w.KeyID, w.Key, w.Fingerprint[:], w.Now.UnixMicro(), w.Since.UnixMicro(), pre, post)
+	if errors.Is(noRow, errConflict) {
+		_, same, _ := w.answer(row(), &nameTaken{name})
+		// The mark quoted by %q, then by JSON: \"\\x01\".
+		var pre409, post409 []byte
+		if _, body, keep := w.answer(row(), &nameTaken{pgNameMark}); keep {
+			pre409, post409 = pgBodyParts(body, `\\x01`)
+		}
+		args = append(args, same, pre409, post409)
+	}
+	b.queue(keyed, func(r pgx.Row) error {
 		var made *int64
 		var holder *string
-		if err := r.Scan(&claimed, &made, &holder); err != nil {
+		var fp, body, keptBody []byte
+		var status, kept, guard *int32
+		if err := r.Scan(&made, &holder, &fp, &status, &body, &kept, &keptBody, &guard); err != nil {
 			return err
 		}
-		if !claimed {
+		switch {
+		case status != nil:
+			a := &idemAnswer{Status: int(*status), Body: body}
+			copy(a.Fingerprint[:], fp)
+			w.Found = a
+			b.found = append(b.found, a)
 			b.errs[i] = errIdemExists
 			return nil
-		}
-		if made == nil {
+		case made == nil:
 			b.errs[i] = pgRefusedBy(noRow, holder)
-		} else {
+		default:
 			*id = *made
 		}
-		b.then = append(b.then, func(next *pgx.Batch) {
-			if _, body, keep := w.settle(row(), b.errs[i]); keep {
-				next.Queue(pgSettleIdem, w.KeyID, w.Key, w.Status, body)
-			} else {
-				next.Queue(pgDropIdem, w.KeyID, w.Key)
-			}
-		})
+		if kept != nil {
+			w.Status, w.Body = int(*kept), keptBody
+		}
 		return nil
-	})
+	}, args...)
 }
 
-func (s *pgStore) BeginIdempotent(ctx context.Context, r idemRequest) (*idemAnswer, error) {
-	ctx, cancel := s.op(ctx)
+// pgKeepLate stores the answer to a keyed create refused with err, when
+// its statement could not build it (a conflict with a category whose name
+// differs from the one sent and is not plain ASCII: see pgKeyedForm), in a
+// statement of its own: the refusal stands for good (rows are never
+// deleted or renamed), so a retry would get the same answer anyway. An
+// answer stored meanwhile wins (errIdemExists, in w.Found); a store that
+// fails leaves the refusal answered but not kept.
+func pgKeepLate[Row any](ctx context.Context, s *pgStore, w *idemWrite[Row], row Row, err error) error {
+	if w == nil || w.Status != 0 || w.Found != nil || !errors.Is(err, errConflict) {
+		return err
+	}
+	status, body, keep := w.answer(row, err)
+	if !keep {
+		return err
+	}
+	qctx, cancel := s.op(ctx)
 	defer cancel()
-	return s.idemLocks.begin(ctx, r)
+	var fp, prior []byte
+	var priorStatus *int32
+	qerr := s.pool.QueryRow(qctx, `WITH prior AS (
+			SELECT fingerprint, status, body FROM idempotency WHERE key_id = $1 AND idem_key = $2 AND created_us > $6
+		), kept AS (
+			INSERT INTO idempotency (key_id, idem_key, fingerprint, status, body, created_us)
+			SELECT $1, $2, $3, $4, $5, $7 WHERE NOT EXISTS (SELECT 1 FROM prior)
+			ON CONFLICT (key_id, idem_key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status, body = EXCLUDED.body, created_us = EXCLUDED.created_us
+			WHERE idempotency.created_us <= $6
+			RETURNING 1
+		)
+		SELECT p.fingerprint, p.status, p.body FROM (SELECT) AS one LEFT JOIN prior p ON true`,
+		w.KeyID, w.Key, w.Fingerprint[:], status, body, w.Since.UnixMicro(), w.Now.UnixMicro()).Scan(&fp, &priorStatus, &prior)
+	switch {
+	case qerr != nil:
+		return err
+	case priorStatus != nil:
+		a := &idemAnswer{Status: int(*priorStatus), Body: prior}
+		copy(a.Fingerprint[:], fp)
+		w.Found = a
+		return errIdemExists
+	}
+	w.Status, w.Body = status, body
+	return err
 }
+
+// BeginIdempotent does not look and marks nothing: a keyed create's
+// statement looks for an earlier answer in the create's own flight, under
+// the catalog's lock, so that a request whose key another one is running
+// waits for that one's commit and gets its answer (IdemWaits).
+func (s *pgStore) BeginIdempotent(context.Context, idemRequest) (*idemAnswer, error) { return nil, nil }
+
+// EndIdempotent has nothing to end.
+func (s *pgStore) EndIdempotent(context.Context, idemRequest) error { return nil }
+
+// IdemWaits: on PostgreSQL a request with the key of one still running,
+// on any instance, waits for its commit (pgKeyedForm).
+func (s *pgStore) IdemWaits() bool { return true }
 
 func (s *pgStore) IdempotentAnswer(ctx context.Context, r idemRequest) (*idemAnswer, error) {
 	ctx, cancel := s.op(ctx)
@@ -111,14 +231,10 @@ func (s *pgStore) IdempotentAnswer(ctx context.Context, r idemRequest) (*idemAns
 	return &a, nil
 }
 
-func (s *pgStore) EndIdempotent(ctx context.Context, r idemRequest) error {
-	return s.idemLocks.end(ctx, r)
-}
-
 // PurgeIdempotency skips rows that another instance's purge holds. It
 // also deletes the lapsed marks in idempotency_running, which binaries
-// before the advisory locks wrote (see pgIdemLocks): one that died during
-// a rolling upgrade leaves its marks behind.
+// before the advisory locks of section 15 wrote: one that died during a
+// rolling upgrade leaves its marks behind.
 func (s *pgStore) PurgeIdempotency(ctx context.Context, before, now time.Time, limit int) (int, error) {
 	ctx, cancel := s.op(ctx)
 	defer cancel()
@@ -132,300 +248,4 @@ func (s *pgStore) PurgeIdempotency(ctx context.Context, before, now time.Time, l
 		return 0, fmt.Errorf("purge idempotent answers: %w", describePostgres(err))
 	}
 	return int(tag.RowsAffected()), nil
-}
-
-// pgKeyedForm returns a create's statement (see pgKeyedCreate) without an
-// Idempotency-Key and with one. Both end with holder, an expression of the
-// name that holds the one sent, which may read the CTE "made" to look only
-// when the INSERT made no row ("": none).
-func pgKeyedForm(insert string, n int, holder string) (unkeyed, keyed string) {
-	if holder == "" {
-		holder = "NULL::text"
-	}
-	return `WITH made AS (` + fmt.Sprintf(insert, "") + `) SELECT (SELECT id FROM made), ` + holder, pgKeyedCreate(insert, n, holder)
-}
-
-// errPgReadOnlyServer: a lock connection's server is read-only.
-var errPgReadOnlyServer = fmt.Errorf("%w: the server is read-only", errDBAway)
-
-// pgIdemLockConns is how many connections an instance keeps for its
-// Idempotency-Key locks; a key's hash picks one. One would be a queue that
-// every keyed request waits in twice (lock, unlock): see BENCHMARKS.md.
-const pgIdemLockConns = 4
-
-// pgLockKeepAlive is the server's keepalive on the lock connections
-// (tcp_keepalives_*): first probe after Idle, then every Interval, Count
-// unanswered ones and the session ends, with its locks; so a vanished
-// instance's locks go within about 30 s (tcp_user_timeout may end it
-// sooner). The client's side is pgDial's.
-var pgLockKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 10 * time.Second, Interval: 5 * time.Second, Count: 4}
-
-// pgIdemLocks holds the in-flight marks of keyed creates: a session-level
-// advisory lock (pg_try_advisory_lock) on a hash of the schema, the
-// lineage and the Idempotency-Key, taken on one of a few connections that
-// the instance keeps for them alone, outside the pool, and unlocked after
-// the create's transaction. A lock lives no longer than its session:
-// PostgreSQL drops it when the instance dies, is SIGKILLed or is cut off
-// (TCP keepalives: pgLockKeepAlive), so that idempotency_key_in_use is only
-// ever about a request that is alive. The unique (key_id, idem_key) stays
-// the backstop behind it: a create whose lock went with a broken
-// connection, or that runs beside an older binary (which marks keys in
-// idempotency_running, read by nobody now), still makes one row at most,
-// and the other request replays its answer.
-type pgIdemLocks struct {
-	cfg    *pgx.ConnConfig
-	schema string // the lock's scope: advisory locks are the database's
-	conns  [pgIdemLockConns]pgLockConn
-
-	mu   sync.Mutex
-	held map[int64]pgHeldLock // by idemRequest.Owner
-}
-
-// pgLockConn is one lock connection: nil until first used, and again
-// after it broke (the next use dials a new one). sem is its mutex, which a
-// waiter can give up on.
-type pgLockConn struct {
-	sem   chan struct{}
-	conn  *pgx.Conn
-	gen   uint64      // which connection this is, counting from 1
-	shut  bool        // closeAll ran: no new connection is dialled
-	reset atomic.Bool // an unlock that could not run: close it before the next use
-}
-
-// pgHeldLock is a lock taken by a request that has not ended.
-type pgHeldLock struct {
-	key  int64
-	conn int
-	gen  uint64
-}
-
-func newPgIdemLocks(cfg *pgx.ConnConfig, schema string) *pgIdemLocks {
-	l := &pgIdemLocks{cfg: pgLockConnConfig(cfg, "idempotency locks"), schema: schema, held: map[int64]pgHeldLock{}}
-	for i := range l.conns {
-		l.conns[i].sem = make(chan struct{}, 1)
-	}
-	return l
-}
-
-// pgLockConnConfig is cfg for a connection that holds advisory locks,
-// outside the pool: the pool's dialer (pgFollowsPrimary), keepalives on
-// the server's end too (pgLockKeepAlive), and app added to its
-// application_name.
-func pgLockConnConfig(cfg *pgx.ConnConfig, app string) *pgx.ConnConfig {
-	c := cfg.Copy()
-	// The server's side: a host that vanished without a word (no FIN) is
-	// noticed and its session, with its locks, ended. A URL that sets these
-	// wins.
-	for k, v := range map[string]string{
-		"tcp_keepalives_idle":     strconv.Itoa(int(pgLockKeepAlive.Idle.Seconds())),
-		"tcp_keepalives_interval": strconv.Itoa(int(pgLockKeepAlive.Interval.Seconds())),
-		"tcp_keepalives_count":    strconv.Itoa(pgLockKeepAlive.Count),
-		"tcp_user_timeout":        strconv.FormatInt(pgTCPUserTimeout.Milliseconds(), 10),
-	} {
-		if c.RuntimeParams[k] == "" {
-			c.RuntimeParams[k] = v
-		}
-	}
-	// Named apart from the pool's in pg_stat_activity.
-	c.RuntimeParams["application_name"] += " " + app
-	return c
-}
-
-// pgIdemLockKey is the advisory lock of an Idempotency-Key in a schema:
-// FNV-1a of the three, as an int64 (the same in every instance).
-func pgIdemLockKey(schema string, keyID int64, key string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte(schema))
-	h.Write([]byte{0})
-	h.Write(strconv.AppendInt(nil, keyID, 10))
-	h.Write([]byte{0})
-	h.Write([]byte(key))
-	return int64(h.Sum64())
-}
-
-// pgBeginIdem reads a key's answer and, when there is none, tries its
-// lock: one round trip. CASE runs the lock only when there is no answer.
-// It also reads whether the server is read-only: a lock taken there (a
-// fenced old primary) would keep no one else out.
-const pgBeginIdem = `SELECT a.fingerprint, a.status, a.body, CASE WHEN a.status IS NULL THEN pg_try_advisory_lock($4) ELSE false END,
-		current_setting('transaction_read_only') = 'on'
-	FROM (SELECT) AS one LEFT JOIN (
-		SELECT fingerprint, status, body FROM idempotency WHERE key_id = $1 AND idem_key = $2 AND created_us > $3
-	) AS a ON true`
-
-// begin returns r's stored answer or, when there is none, takes r's lock
-// (until end), or is errInFlight when another session holds it. A lock
-// connection that does not work is errUnavailable, as a pool's would be:
-// a retry is safe, nothing was written. (Going on without the lock would
-// be safe too, behind the unique constraint, but the database is most
-// likely away for the create as well.)
-func (l *pgIdemLocks) begin(ctx context.Context, r idemRequest) (*idemAnswer, error) {
-	key := pgIdemLockKey(l.schema, r.KeyID, r.Key)
-	i := int(uint64(key) % pgIdemLockConns)
-	var fp, body []byte
-	var status *int32
-	var locked bool
-	gen, err := l.use(ctx, i, func(ctx context.Context, conn *pgx.Conn) error {
-		var readOnly bool
-		if err := conn.QueryRow(ctx, pgBeginIdem, r.KeyID, r.Key, r.Since.UnixMicro(), key).Scan(&fp, &status, &body, &locked, &readOnly); err != nil {
-			return err
-		}
-		if readOnly {
-			return errPgReadOnlyServer
-		}
-		return nil
-	})
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("read an idempotent answer: %w", describePostgres(err))
-	case status != nil:
-		a := &idemAnswer{Status: int(*status), Body: body}
-		copy(a.Fingerprint[:], fp)
-		return a, nil
-	case !locked:
-		return nil, errInFlight
-	}
-	l.mu.Lock()
-	l.held[r.Owner] = pgHeldLock{key: key, conn: i, gen: gen}
-	l.mu.Unlock()
-	return nil, nil
-}
-
-// end unlocks r's lock, if begin took one. A lock whose connection broke
-// meanwhile went with it. When the unlock cannot run, the connection is
-// closed before its next use: its session ends, and the lock with it. A
-// connection to be reset (its host likely gone: pgConnReset) is closed
-// instead of waiting for an unlock that may not come.
-func (l *pgIdemLocks) end(ctx context.Context, r idemRequest) error {
-	l.mu.Lock()
-	h, ok := l.held[r.Owner]
-	delete(l.held, r.Owner)
-	l.mu.Unlock()
-	if !ok {
-		return nil
-	}
-	c := &l.conns[h.conn]
-	select {
-	case c.sem <- struct{}{}:
-	case <-ctx.Done():
-		c.reset.Store(true)
-		// Nothing may use this connection again for long (an idle
-		// instance), and till then the key would be in use on every
-		// instance: close it as soon as it is free, unless something
-		// used (and so reset) it first.
-		go func() {
-			c.sem <- struct{}{}
-			defer func() { <-c.sem }()
-			if c.gen == h.gen && c.reset.Swap(false) {
-				c.close()
-			}
-		}()
-		return fmt.Errorf("%w: unlock an idempotency key: %w", errUnavailable, ctx.Err())
-	}
-	defer func() { <-c.sem }()
-	if c.conn == nil || c.gen != h.gen {
-		return nil
-	}
-	if c.reset.Swap(false) { // its host is likely gone: end the session instead
-		c.close()
-		return nil
-	}
-	if _, err := c.conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", h.key); err != nil {
-		c.close()
-		return fmt.Errorf("unlock an idempotency key: %w", describePostgres(err))
-	}
-	return nil
-}
-
-// use runs fn on lock connection i, dialling it first if it has none, and
-// returns that connection's gen. A connection that fails is closed; when
-// it was an old one that broke (while idle, or its session was ended: a
-// FATAL error), or whose server turned read-only (pgKeepsConn,
-// errPgReadOnlyServer: after a failover), fn runs once more on a new one,
-// which is dialled to the read-write host.
-func (l *pgIdemLocks) use(ctx context.Context, i int, fn func(context.Context, *pgx.Conn) error) (uint64, error) {
-	c := &l.conns[i]
-	select {
-	case c.sem <- struct{}{}:
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
-	defer func() { <-c.sem }()
-	// From here on, the caller's hang-up no longer counts, its deadline
-	// does: a statement broken off would end the session (pgx closes a
-	// connection whose context ends mid-statement), and with it the locks
-	// of every other request on this connection.
-	ctx, cancel := pgDetached(ctx)
-	defer cancel()
-	if c.reset.Swap(false) {
-		c.close()
-	}
-	for {
-		fresh := c.conn == nil
-		if fresh && c.shut {
-			// A request that outlived the shutdown (its timeout closed
-			// its connection, not the handler) dials nothing that no one
-			// would close.
-			return 0, errClosing
-		}
-		if fresh {
-			conn, err := pgx.ConnectConfig(ctx, l.cfg)
-			if err != nil {
-				return 0, err
-			}
-			c.conn = conn
-			c.gen++
-			c.reset.Store(false) // a reset was for the connection before this one
-		}
-		err := fn(ctx, c.conn)
-		if err == nil {
-			return c.gen, nil
-		}
-		// Whether the lock was taken is not known: the session goes.
-		c.close()
-		var pe *pgconn.PgError
-		if fresh || ctx.Err() != nil || (errors.As(err, &pe) && pgKeepsConn(nil, pe)) {
-			return 0, err // a statement's error would come again
-		}
-	}
-}
-
-// pgDetached is ctx without its cancellation but with its deadline.
-func pgDetached(ctx context.Context) (context.Context, context.CancelFunc) {
-	if d, ok := ctx.Deadline(); ok {
-		return context.WithDeadline(context.WithoutCancel(ctx), d)
-	}
-	return context.WithCancel(context.WithoutCancel(ctx))
-}
-
-// close ends the connection, and so its session and every lock in it;
-// the caller holds c.sem.
-func (c *pgLockConn) close() {
-	if c.conn == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	c.conn.Close(ctx)
-	c.conn = nil
-}
-
-// resetAll has every lock connection closed before its next use: its host
-// is likely gone (pgConnReset). The locks in it go with it; the unique
-// (key_id, idem_key) stays the backstop.
-func (l *pgIdemLocks) resetAll() {
-	for i := range l.conns {
-		l.conns[i].reset.Store(true)
-	}
-}
-
-// closeAll closes every lock connection, for the store's Close.
-func (l *pgIdemLocks) closeAll() {
-	for i := range l.conns {
-		c := &l.conns[i]
-		c.sem <- struct{}{}
-		c.close()
-		c.shut = true
-		<-c.sem
-	}
 }

@@ -1,15 +1,17 @@
 package main
 
-// Tests of Idempotency-Key's in-flight marks on PostgreSQL (DECISIONS.md
-// section 15): advisory locks that live as long as the request holding
-// them, on connections of their own. They need PETSTORE_TEST_POSTGRES.
+// Tests of Idempotency-Key on PostgreSQL (DECISIONS.md sections 15 and
+// 22): a keyed create looks for an earlier answer in its own statement,
+// under the catalog's lock, so that nothing a dead request leaves blocks a
+// retry and a concurrent duplicate waits for the first's commit. They
+// need PETSTORE_TEST_POSTGRES.
 
 import (
+	"bytes"
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/url"
 	"sync"
@@ -17,8 +19,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // TestPostgresIdempotencyCrashFreesKeys sends 240 keyed creates from 40
@@ -140,30 +140,15 @@ func TestPostgresIdempotencyCrashFreesKeys(t *testing.T) {
 	t.Logf("%d keyed creates, %d answered before the kill; resent at once: %d replayed, %d in use", n, before, replayed, inUse)
 }
 
-// pgIdemLockHeld reports whether any session holds the advisory lock of
-// an Idempotency-Key of the schema in db's search_path.
-func pgIdemLockHeld(t *testing.T, conn *pgx.Conn, db string, keyID int64, key string) bool {
-	t.Helper()
-	lock := pgIdemLockKey(mustSearchPath(t, db), keyID, key)
-	var held bool
-	err := conn.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
-		AND objsubid = 1 AND ((classid::int8 << 32) | objid::int8) = $1)`, lock).Scan(&held)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return held
-}
-
-// TestIdempotencyInUseOnAnyInstance holds a keyed create running on one
+// TestPostgresIdempotencyDuplicateWaits holds a keyed create running on one
 // instance (its INSERT waits for a table lock the test holds): the same
-// key on another instance, and on the same one, is 409 in use with
-// Retry-After: 1, and the lock is gone once the create has committed, so
-// that the other instance then replays its answer.
-func TestIdempotencyInUseOnAnyInstance(t *testing.T) {
+// key sent meanwhile on another instance and on the same one waits for
+// the first's commit and then gets its replay, byte for byte, never a 409
+// and never a second row.
+func TestPostgresIdempotencyDuplicateWaits(t *testing.T) {
 	base := needPostgres(t)
 	db := postgresSchema(t, base)
-	k1 := createKeyJSON(t, db, "--plan", "enterprise", "--rpm", "10000000", "--rpd", "1000000000")
-	id, key := k1.ID, k1.Key
+	key := pmBigKey(t, db)
 	servers := pmStart(t, db, key, 2, "--busy-timeout", "5s")
 	a, b := servers[0], servers[1]
 	conn := pmConnect(t, db)
@@ -179,67 +164,71 @@ func TestIdempotencyInUseOnAnyInstance(t *testing.T) {
 	if _, err := tx.Exec(ctx, "LOCK TABLE pets IN SHARE ROW EXCLUSIVE MODE"); err != nil {
 		t.Fatal(err)
 	}
-	held := make(chan response, 1)
-	go func() {
-		r, _, err := pmSend(a, 10*time.Second, "POST", "/v1/pets", key, body, "Idempotency-Key", "k")
-		if err != nil {
-			t.Error(err)
-		}
-		held <- r
-	}()
-	// A separate connection: conn is inside the transaction.
+	send := func(ts *testServer) chan response {
+		c := make(chan response, 1)
+		go func() {
+			r, _, err := pmSend(ts, 10*time.Second, "POST", "/v1/pets", key, body, "Idempotency-Key", "k")
+			if err != nil {
+				t.Error(err)
+			}
+			c <- r
+		}()
+		return c
+	}
+	first := send(a)
 	watch := pmConnect(t, db)
-	for deadline := time.Now().Add(5 * time.Second); !pgIdemLockHeld(t, watch, db, id, "k"); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the keyed create did not take its lock within 5s")
+	waiting := func(n int) {
+		t.Helper()
+		// Sessions of the test's schema that wait for a lock: the first
+		// create for the table, the others for the catalog's lock.
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			var got int
+			if err := watch.QueryRow(ctx, `SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted`).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d sessions wait for a lock after 5s, want %d", got, n)
+			}
 		}
 	}
-	for _, ts := range servers {
-		r := idemPost(t, ts, "/v1/pets", key, "k", body)
-		wantError(t, r, 409, "idempotency_key_in_use")
-		if r.header.Get("Retry-After") != "1" {
-			t.Fatalf("Retry-After %q, want 1", r.header.Get("Retry-After"))
-		}
+	waiting(1)
+	onB, onA := send(b), send(a)
+	waiting(2) // b's batch waits for the catalog's lock; a's second waits in a's queue
+	select {
+	case r := <-onB:
+		t.Fatalf("the duplicate on another instance answered while the first ran: %d %s", r.status, r.body)
+	case r := <-onA:
+		t.Fatalf("the duplicate on the same instance answered while the first ran: %d %s", r.status, r.body)
+	case <-time.After(100 * time.Millisecond):
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	first := <-held
-	if first.status != 201 {
-		t.Fatalf("the held create: %d %s", first.status, first.body)
+	r1 := <-first
+	if r1.status != 201 {
+		t.Fatalf("the held create: %d %s", r1.status, r1.body)
 	}
-	if pgIdemLockHeld(t, watch, db, id, "k") {
-		t.Fatal("the key's lock is still held after its create answered 201")
-	}
-	wantReplay(t, first, idemPost(t, b, "/v1/pets", key, "k", body))
-	// A key of the same lineage and name in another schema (another
-	// deployment on the database) is another lock.
-	if pgIdemLockKey("other", id, "k") == pgIdemLockKey(mustSearchPath(t, db), id, "k") {
-		t.Fatal("the lock of a key does not depend on the schema")
+	wantReplay(t, r1, <-onB)
+	wantReplay(t, r1, <-onA)
+	if n := countPets(t, a, "Rex"); n != 1 {
+		t.Errorf("%d pets named Rex, want 1", n)
 	}
 }
 
-func mustSearchPath(t *testing.T, db string) string {
-	t.Helper()
-	u, err := url.Parse(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u.Query().Get("search_path")
-}
-
-// TestPostgresIdempotencyLockConnectionsBreak ends the lock connections'
-// sessions (pg_terminate_backend) again and again during keyed creates
-// from several clients: every answer is a 201 or a 503 unavailable with
-// Retry-After, never another, and the instance recovers by itself; each
-// create resent with its key until it gets a 201 then exists exactly once,
-// as answered.
-func TestPostgresIdempotencyLockConnectionsBreak(t *testing.T) {
+// TestPostgresIdempotencySessionsBreak ends the instance's sessions
+// (pg_terminate_backend) again and again during keyed creates from several
+// clients: every answer is a 201 or a 503 unavailable with Retry-After,
+// never another, and the instance recovers by itself; each create resent
+// with its key until it gets a 201 then exists exactly once, as answered.
+func TestPostgresIdempotencySessionsBreak(t *testing.T) {
 	base := needPostgres(t)
 	schema := postgresSchema(t, base)
 	var rnd [4]byte
 	crand.Read(rnd[:])
-	app := "i26-" + hex.EncodeToString(rnd[:])
+	app := "i42-" + hex.EncodeToString(rnd[:])
 	u, err := url.Parse(schema)
 	if err != nil {
 		t.Fatal(err)
@@ -254,7 +243,7 @@ func TestPostgresIdempotencyLockConnectionsBreak(t *testing.T) {
 	ctx := context.Background()
 	cut := func() int {
 		var n int
-		err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app+" idempotency locks").Scan(&n)
+		err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -286,7 +275,7 @@ func TestPostgresIdempotencyLockConnectionsBreak(t *testing.T) {
 					unavailable++
 					mu.Unlock()
 				default:
-					t.Errorf("%s while the lock connections break: %d %s", s.name, r.status, r.body)
+					t.Errorf("%s while the sessions break: %d %s", s.name, r.status, r.body)
 				}
 				time.Sleep(2 * time.Millisecond)
 			}
@@ -299,12 +288,19 @@ func TestPostgresIdempotencyLockConnectionsBreak(t *testing.T) {
 	}
 	wg.Wait()
 	if cuts == 0 {
-		t.Fatal("no lock connection was there to end: the test proves little")
+		t.Fatal("no session was there to end: the test proves little")
 	}
 
-	// By itself, without a restart: a fresh keyed create gets its 201.
-	if r := idemPost(t, ts, "/v1/categories", key, "after", `{"name":"after"}`); r.status != 201 {
-		t.Fatalf("a keyed create after the breaks: %d %s", r.status, r.body)
+	// By itself, without a restart: a fresh keyed create gets its 201 (the
+	// first may meet a pooled connection that the last cut ended: 503).
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r := idemPost(t, ts, "/v1/categories", key, "after", `{"name":"after"}`)
+		if r.status == 201 {
+			break
+		}
+		if r.status != 503 || time.Now().After(deadline) {
+			t.Fatalf("a keyed create after the breaks: %d %s, want 201 within 2s", r.status, r.body)
+		}
 	}
 	resent := 0
 	for _, ss := range all {
@@ -335,190 +331,41 @@ func TestPostgresIdempotencyLockConnectionsBreak(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d keyed creates, %d lock sessions ended in 5 cuts, %d answered 503, %d resent", writers*perWriter, cuts, unavailable, resent)
+	t.Logf("%d keyed creates, %d sessions ended in 5 cuts, %d answered 503, %d resent", writers*perWriter, cuts, unavailable, resent)
 }
 
-// pgIdemLockHolder returns the pid of the session that holds the advisory
-// lock of an Idempotency-Key of the schema in db's search_path, or 0.
-func pgIdemLockHolder(t *testing.T, conn *pgx.Conn, db string, keyID int64, key string) int32 {
-	t.Helper()
-	lock := pgIdemLockKey(mustSearchPath(t, db), keyID, key)
-	var pid int32
-	err := conn.QueryRow(context.Background(), `SELECT coalesce(max(pid), 0) FROM pg_locks WHERE locktype = 'advisory' AND granted
-		AND objsubid = 1 AND ((classid::int8 << 32) | objid::int8) = $1`, lock).Scan(&pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pid
-}
-
-// TestPostgresIdempotencyHangUpKeepsOthersLocks: a client that hangs up
-// while its lookup runs on a lock connection ends its own request, not
-// the session that holds other requests' locks. Request a holds its lock;
-// request b, whose key's hash picks a's connection, waits in its lookup
-// (the test holds the idempotency table) and its client hangs up: a's lock
-// is still held by the same session afterwards, so that the same key on
-// another instance is still 409 in use while a runs.
-func TestPostgresIdempotencyHangUpKeepsOthersLocks(t *testing.T) {
+// TestPostgresIdempotencyConflictAnswers: a keyed category create refused
+// as a conflict stores its 409, built in the database, byte for byte as
+// the same create without a key answers it (the holder's name quoted as
+// the server quotes it), whether the holder's name is the one sent, an
+// ASCII variant of it with quotes and backslashes, or a non-ASCII one
+// (stored by a statement of its own: pgKeepLate); each replays byte for
+// byte, and the same key with another body is 422.
+func TestPostgresIdempotencyConflictAnswers(t *testing.T) {
 	db := postgresSchema(t, needPostgres(t))
-	s := openTestStore(t, db).(*pgStore)
-	watch := pmConnect(t, db)
-	ctx := context.Background()
-	req := func(key string, owner int64) idemRequest {
-		now := time.Now()
-		return idemRequest{KeyID: 1, Key: key, Owner: owner, Now: now, Since: now.Add(-time.Hour)}
-	}
-	conn := func(key string) uint64 { return uint64(pgIdemLockKey(s.idemLocks.schema, 1, key)) % pgIdemLockConns }
-	bKey := ""
-	for n := 0; bKey == ""; n++ {
-		if k := fmt.Sprintf("b%d", n); conn(k) == conn("a") {
-			bKey = k
+	key := pmBigKey(t, db)
+	ts := pmStart(t, db, key, 1)[0]
+	for i, tt := range []struct{ holder, sent string }{
+		{`Dogs`, `Dogs`},
+		{`a"b\c`, `A"B\C`},
+		{`Straße`, `STRASSE`},
+		{"ｃａｔ x", "cat X"},
+	} {
+		hb, _ := json.Marshal(map[string]string{"name": tt.holder})
+		if r := ts.do(t, "POST", "/v1/categories", key, string(hb)); r.status != 201 {
+			t.Fatalf("%q: %d %s", tt.holder, r.status, r.body)
 		}
-	}
-	a, b := req("a", 1), req(bKey, 2)
-	if ans, err := s.BeginIdempotent(ctx, a); err != nil || ans != nil {
-		t.Fatalf("begin a: %v %v", ans, err)
-	}
-	holder := pgIdemLockHolder(t, watch, db, 1, "a")
-	if holder == 0 {
-		t.Fatal("a's lock is not held")
-	}
-
-	hold := pmConnect(t, db)
-	tx, err := hold.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "LOCK TABLE idempotency IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
-	bctx, hangUp := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		_, err := s.BeginIdempotent(bctx, b)
-		done <- err
-	}()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		var waiting bool
-		if err := watch.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted)", holder).Scan(&waiting); err != nil {
-			t.Fatal(err)
+		sb, _ := json.Marshal(map[string]string{"name": tt.sent})
+		plain := ts.do(t, "POST", "/v1/categories", key, string(sb))
+		if plain.status != 409 {
+			t.Fatalf("%q after %q: %d %s", tt.sent, tt.holder, plain.status, plain.body)
 		}
-		if waiting {
-			break
+		k := fmt.Sprintf("conflict-%d", i)
+		first := idemPost(t, ts, "/v1/categories", key, k, string(sb))
+		if first.status != 409 || !bytes.Equal(first.body, plain.body) {
+			t.Errorf("%q after %q with a key: %d %s, want it as without one: %s", tt.sent, tt.holder, first.status, first.body, plain.body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("b's lookup did not wait for the table within 5s")
-		}
-	}
-	hangUp()
-	// Give the hang-up time to reach b's statement (on a binary that
-	// breaks it off, it does within microseconds); too short a wait could
-	// only let such a binary pass, never fail a good one.
-	time.Sleep(50 * time.Millisecond)
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Logf("b: %v", err)
-	} else {
-		s.EndIdempotent(ctx, b)
-	}
-	// b's statement has ended, one way or the other: its session is idle
-	// or gone.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		var active bool
-		if err := watch.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND state <> 'idle')", holder).Scan(&active); err != nil {
-			t.Fatal(err)
-		}
-		if !active {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("b's lookup still runs 5s after the table was let go")
-		}
-	}
-	if got := pgIdemLockHolder(t, watch, db, 1, "a"); got != holder {
-		t.Fatalf("a's lock after another client hung up during its lookup: held by pid %d, want %d still: the hang-up ended the session of a running request's lock", got, holder)
-	}
-	other := openTestStore(t, db)
-	if _, err := other.BeginIdempotent(ctx, req("a", 3)); !errors.Is(err, errInFlight) {
-		t.Errorf("a on another instance while a runs: %v, want errInFlight", err)
-	}
-	if err := s.EndIdempotent(ctx, a); err != nil {
-		t.Fatal(err)
-	}
-	if got := pgIdemLockHolder(t, watch, db, 1, "a"); got != 0 {
-		t.Errorf("a's lock after its end: held by pid %d", got)
-	}
-}
-
-// TestPostgresIdempotencyLocksAfterClose: a keyed request that outlives
-// the store's Close (a handler still running after the shutdown timeout)
-// dials no new lock connection, which nothing would close: its lookup is
-// 503 unavailable.
-func TestPostgresIdempotencyLocksAfterClose(t *testing.T) {
-	db := postgresSchema(t, needPostgres(t))
-	s, err := openStore(context.Background(), db, storeOptions{migrate: true, now: time.Now, busy: defaultBusyTimeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps := s.(*pgStore)
-	now := time.Now()
-	r := idemRequest{KeyID: 1, Key: "late", Owner: 1, Now: now, Since: now.Add(-time.Hour)}
-	if _, err := s.BeginIdempotent(context.Background(), r); err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	s.EndIdempotent(context.Background(), r)
-	r.Owner = 2
-	_, err = s.BeginIdempotent(context.Background(), r)
-	if !errors.Is(err, errUnavailable) {
-		t.Errorf("a keyed lookup after Close: %v, want unavailable", err)
-	}
-	for i := range ps.idemLocks.conns {
-		if c := &ps.idemLocks.conns[i]; c.conn != nil {
-			c.close()
-			t.Errorf("lock connection %d was dialled after Close", i)
-		}
-	}
-}
-
-// TestPostgresIdempotencyUnlockLateStillFrees: an unlock that could not
-// wait for its connection (busy past its deadline) must not leave the key
-// locked until something uses that connection again: on an idle instance
-// that would be never, and every instance would answer 409 in use.
-func TestPostgresIdempotencyUnlockLateStillFrees(t *testing.T) {
-	db := postgresSchema(t, needPostgres(t))
-	s, err := openStore(context.Background(), db, storeOptions{migrate: true, now: time.Now, busy: defaultBusyTimeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	ps := s.(*pgStore)
-	now := time.Now()
-	r := idemRequest{KeyID: 1, Key: "late-unlock", Owner: 1, Now: now, Since: now.Add(-time.Hour)}
-	if _, err := s.BeginIdempotent(context.Background(), r); err != nil {
-		t.Fatal(err)
-	}
-	watch := pmConnect(t, db)
-	if !pgIdemLockHeld(t, watch, db, r.KeyID, r.Key) {
-		t.Fatal("the lock was not taken")
-	}
-	c := &ps.idemLocks.conns[ps.idemLocks.held[r.Owner].conn]
-	c.sem <- struct{}{} // another request holds the connection
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	err = s.EndIdempotent(ctx, r)
-	cancel()
-	if !errors.Is(err, errUnavailable) {
-		t.Fatalf("an unlock that could not get its connection: %v, want unavailable", err)
-	}
-	<-c.sem // that request ends; nothing else comes
-	deadline := time.Now().Add(5 * time.Second)
-	for pgIdemLockHeld(t, watch, db, r.KeyID, r.Key) {
-		if time.Now().After(deadline) {
-			t.Fatal("the key is still locked 5 s after its connection became free")
-		}
-		time.Sleep(10 * time.Millisecond)
+		wantReplay(t, first, idemPost(t, ts, "/v1/categories", key, k, string(sb)))
+		wantError(t, idemPost(t, ts, "/v1/categories", key, k, `{"name":"other"}`), 422, "idempotency_key_reused")
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -371,7 +370,8 @@ func (s *pgStore) replicaGen(ctx context.Context, st *readState) (gen uint64, ok
 
 // writeAt is the group commit's write of a create, which notes its
 // commit's position in the request's read state: the 201's header, and the
-// lineage's last write.
+// lineage's last write. (A replay found in the flight gets the position
+// with its answer: sendBatch.)
 func (s *pgStore) writeAt(ctx context.Context, queue func(b *pgBatch) error) error {
 	var at *pgBatch
 	err := s.group.write(ctx, func(b *pgBatch) error {
@@ -398,34 +398,6 @@ func (s *pgStore) writeAt(ctx context.Context, queue func(b *pgBatch) error) err
 		}
 	}
 	return nil
-}
-
-// pgCommitAt commits conn's transaction and reads the primary's position
-// after it, in one round trip ("COMMIT; SELECT ...": the SELECT runs
-// after the COMMIT, on its own). A commit that went through is no error,
-// even when the position could not be read (0).
-func pgCommitAt(ctx context.Context, conn *pgx.Conn) (uint64, error) {
-	results, err := conn.PgConn().Exec(ctx, "COMMIT; "+pgPrimaryPos).ReadAll()
-	if len(results) == 0 || results[0].Err != nil || results[0].CommandTag.String() != "COMMIT" {
-		if err == nil && len(results) > 0 {
-			err = results[0].Err
-		}
-		if err == nil {
-			return 0, describePostgres(pgx.ErrTxCommitRollback) // as tx.Commit says it
-		}
-		if r, ok := conn.Config().Tracer.(*pgConnReset); ok {
-			r.broke(conn, err) // the driver's tracer does not see this statement
-		}
-		return 0, describePostgres(err)
-	}
-	if len(results) < 2 || results[1].Err != nil || len(results[1].Rows) != 1 || len(results[1].Rows[0]) != 1 {
-		return 0, nil
-	}
-	pos, perr := strconv.ParseUint(string(results[1].Rows[0][0]), 10, 64)
-	if perr != nil {
-		return 0, nil
-	}
-	return pos, nil
 }
 
 // ReadPosition is the primary's position now.

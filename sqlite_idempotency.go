@@ -102,6 +102,10 @@ func (s *sqliteStore) IdempotentAnswer(ctx context.Context, r idemRequest) (*ide
 	return &a, nil
 }
 
+// IdemWaits is false: a request with the key of one still running gets
+// 409 idempotency_key_in_use from the process's own marks.
+func (s *sqliteStore) IdemWaits() bool { return false }
+
 // EndIdempotent has nothing to do: SQLite's marks are the process's own.
 func (s *sqliteStore) EndIdempotent(context.Context, idemRequest) error { return nil }
 

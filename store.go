@@ -155,8 +155,8 @@ type keyStore interface {
 
 // idemStore is the answers kept for Idempotency-Keys (idempotency.go).
 type idemStore interface {
-	// BeginIdempotent is the start of a keyed create, on a store that
-	// several instances share: it returns the answer stored for r's key
+	// BeginIdempotent is the start of a keyed create on a store that does
+	// not IdemWaits: it returns the answer stored for r's key
 	// after r.Since, or nil when there is none, and then marks the key
 	// running until EndIdempotent, or until this process or its
 	// connection dies; a key that another live request's mark holds is
@@ -167,6 +167,14 @@ type idemStore interface {
 	// IdempotentAnswer returns the answer stored for r's key after
 	// r.Since, or nil.
 	IdempotentAnswer(ctx context.Context, r idemRequest) (*idemAnswer, error)
+	// IdemWaits reports whether a keyed create looks for an earlier answer
+	// in its own transaction, after the commit of any other request with
+	// the key (PostgreSQL: section 22): then nothing marks a key running,
+	// and a request whose key another is running waits for that one's
+	// commit and gets its answer, rather than 409 idempotency_key_in_use
+	// (SQLite, whose marks are the process's own); and BeginIdempotent and
+	// EndIdempotent are not called.
+	IdemWaits() bool
 	// EndIdempotent removes r's running mark, if BeginIdempotent made one,
 	// once the create's transaction has ended (committed or not).
 	EndIdempotent(ctx context.Context, r idemRequest) error

@@ -126,6 +126,7 @@ type idemAnswer struct {
 	Fingerprint [32]byte
 	Status      int
 	Body        []byte
+	Pos         uint64 // the database's position when it was read, for a replayed 201's Petstore-Read-After; 0: unknown
 }
 
 // idemWrite is a create's Idempotency-Key: the store claims the key in the
@@ -140,6 +141,10 @@ type idemWrite[Row any] struct {
 
 	Status int // the answer stored, set by settle: 0 when none
 	Body   []byte
+	// Found is the answer stored before, which a store that looks for it
+	// in the create's own statement (PostgreSQL) returns with
+	// errIdemExists; nil: look it up.
+	Found *idemAnswer
 }
 
 // settle asks for the answer to the create's outcome and notes it if it is

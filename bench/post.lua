@@ -20,9 +20,17 @@ end
 -- for row 9: what storing the answers costs.
 local idem = os.getenv("IDEM") == "1"
 
+-- REPLAY=1 sends one request again and again, with one Idempotency-Key:
+-- the first creates, every other is a replay (bench/farpg.sh).
+local replay = os.getenv("REPLAY") == "1"
+
 local n = 0
 function request()
    n = n + 1
+   if replay then
+      idem = true
+      n = 1
+   end
    local name = string.format("p%s-t%d-%d", prefix, tid, n)
    local body = string.format('{"name":"%s","description":"posted by wrk"}', name)
    if idem then
