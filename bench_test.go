@@ -304,7 +304,7 @@ func BenchmarkTLSConnection(b *testing.B) {
 			srv.ErrorLog = tlsErrorLog(reqLog, metrics, logger)
 			var fresh newConns
 			srv.ConnState = fresh.track
-			caps := newConnCaps(defaultMaxConnsPerAddr, defaultMaxConnsTotal, nil, cfg.readHeaderTimeout)
+			caps := newConnCaps(defaultMaxConnsPerAddr, defaultMaxConnsTotal, defaultAdminMaxConns, nil, cfg.readHeaderTimeout)
 			caps.serve(srv)
 			return srv, caps.listen(ln, listenerAPI)
 		}},

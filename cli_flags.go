@@ -34,6 +34,7 @@ var flagBounds = map[string]flagBound{
 	"replica-max-lag":     {min: int64(time.Millisecond)},
 	"max-conns-per-addr":  {min: 0},
 	"max-conns":           {min: 1},
+	"admin-max-conns":     {min: 1},
 	"busy-timeout":        {min: int64(time.Millisecond)},
 	"redis-timeout":       {min: int64(time.Millisecond)},
 	"idempotency-ttl":     {min: int64(time.Minute)},

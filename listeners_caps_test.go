@@ -159,7 +159,7 @@ func TestConnCapWithinOpenFileLimit(t *testing.T) {
 	db := testDB(t)
 	key := createKey(t, db, "--plan", "business", "--name", "files")
 	args := []string{fmt.Sprintf("--nofile=%d:%d", nofile, nofile), os.Args[0], "serve", "--db", db,
-		"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--read-header-timeout", "30s", "--shutdown-timeout", "5s"}
+		"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--read-header-timeout", "30s", "--shutdown-timeout", "5s", "--admin-max-conns", "4"}
 	args = append(args, testRedisArgs(t, db)...)
 	cmd := exec.Command(prlimit, args...)
 	cmd.Env = append(os.Environ(), "PETSTORE_TEST_MAIN=1")
@@ -488,7 +488,7 @@ func TestConnCapExempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caps := newConnCaps(1, 3, inPrefixes([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}), time.Second)
+	caps := newConnCaps(1, 3, 1, inPrefixes([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}), time.Second)
 	capped := caps.listen(ln, listenerAPI)
 	defer capped.Close()
 	accepted := make(chan net.Conn, 10)

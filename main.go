@@ -176,7 +176,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	ready := newReadiness(store, clockOf(ctx)) // /readyz's, on both listeners
 	// The caps on connections (DECISIONS.md section 17), kept at accept on
 	// the API and plain listeners.
-	caps := newConnCaps(cfg.maxConnsPerAddr, maxConnsOf(cfg, logger), inPrefixes(cfg.trustedProxies), cfg.readHeaderTimeout)
+	caps := newConnCaps(cfg.maxConnsPerAddr, maxConnsOf(cfg, logger), cfg.adminMaxConns, inPrefixes(cfg.trustedProxies), cfg.readHeaderTimeout)
 	caps.onRefuse = reqLog.connRefused
 	caps.register(metrics.set)
 	api := newHTTPServer(newServer(logger, reqLog, store, ready, idem, keys, limits, metrics, cfg, certs), cfg, logger)
@@ -202,8 +202,11 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		listeners = append(listeners, &closeOnce{Listener: caps.listen(lns.http, listenerPlain)})
 	}
 	if lns.admin != nil {
-		servers = append(servers, newHTTPServer(newAdminServer(ready, limits, metrics, cfg, certs), cfg, logger))
-		listeners = append(listeners, &closeOnce{Listener: lns.admin})
+		// Its own cap (--admin-max-conns), not the API's: it answers while
+		// they are full.
+		admin := newHTTPServer(newAdminServer(ready, limits, metrics, cfg, certs), cfg, logger)
+		servers, capped = append(servers, admin), append(capped, admin)
+		listeners = append(listeners, &closeOnce{Listener: caps.listen(lns.admin, listenerAdmin)})
 	}
 	var fresh newConns
 	for _, srv := range servers {

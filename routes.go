@@ -49,7 +49,7 @@ func newServer(logger *slog.Logger, reqLog *requestLog, store catalogStore, read
 	return chain(rt,
 		withRequestID,                      // runs first: every answer has an id, and nosniff
 		logRequests(reqLog, m),             // one log line (unkeyed answers on a budget) and the metrics of each request
-		recoverPanics(logger),              // a panic is a 500, or a cut connection
+		recoverPanics(reqLog, logger),      // a panic is a 500, or a cut connection
 		withCORS(cfg.cors, api),            // answers preflights of the API's methods: before the key and the limiter
 		areaHeaders(cfg.petsDeprecation()), // before the limiter: a 429 carries them too
 		authenticate(keys),                 // resolves the key once; refuses nothing

@@ -1028,7 +1028,7 @@ func TestTLSBanHoldOverHTTP2(t *testing.T) {
 // short body that looks complete, and the connection's other requests go
 // on.
 func TestTLSPanicAfterStatusResetsStream(t *testing.T) {
-	h := recoverPanics(slog.New(slog.NewTextHandler(io.Discard, nil)))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := recoverPanics(nil, slog.New(slog.NewTextHandler(io.Discard, nil)))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
 		if r.URL.Path != "/panic" {
