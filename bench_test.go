@@ -55,7 +55,7 @@ func benchHandler(b testing.TB, store Store) (http.Handler, string) {
 	}
 	cfg := serveConfig{env: "production", publicURL: "http://localhost:8080/v1", busyTimeout: defaultBusyTimeout,
 		petsDeprecatedAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), petsSunsetAt: time.Date(2027, 7, 1, 0, 0, 0, 0, time.UTC)}
-	h := newServer(newLogger("text", 0, io.Discard), newRequestLog("text", 0, &logWriter{w: io.Discard}), store, newReadiness(store, time.Now), newIdempotency(store, defaultIdemTTL, time.Now), keys, lim, newServerMetrics(lim, store), cfg, nil)
+	h := newServer(newLogger("text", 0, io.Discard), newRequestLog("text", 0, &logWriter{w: io.Discard}), store, newReadiness(store, time.Now), newIdempotency(store, defaultIdemTTL, time.Now), keys, lim, newServerMetrics(lim, store), newInFlight(defaultMaxConnsTotal, maxInFlightPerAddr, proxyTrust{}), cfg, nil)
 	return h, secret
 }
 

@@ -179,7 +179,11 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	caps := newConnCaps(cfg.maxConnsPerAddr, maxConnsOf(cfg, logger), cfg.adminMaxConns, inPrefixes(cfg.trustedProxies), cfg.readHeaderTimeout)
 	caps.onRefuse = reqLog.connRefused
 	caps.register(metrics.set)
-	api := newHTTPServer(newServer(logger, reqLog, store, ready, idem, keys, limits, metrics, cfg, certs), cfg, logger)
+	// The requests in flight (inflight.go): as many as connections, and a
+	// share of them per address unless the cap per address is off.
+	flight := newInFlight(caps.total, min(cfg.maxConnsPerAddr, 1)*maxInFlightPerAddr, cfg.proxies())
+	flight.register(metrics.set)
+	api := newHTTPServer(newServer(logger, reqLog, store, ready, idem, keys, limits, metrics, flight, cfg, certs), cfg, logger)
 	if certs != nil {
 		useTLS(api, certs)
 		api.HTTP2.CountError = metrics.http2Error
@@ -237,6 +241,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	wg.Go(func() { up.run(bgCtx) })
 	wg.Go(func() { idem.purge(bgCtx, logger) })
 	wg.Go(func() { logs.flushEvery(bgCtx, 100*time.Millisecond) })
+	wg.Go(func() { flight.releaseMemory(bgCtx, cfg.memoryRelease, logger) })
 
 	serveErr := make(chan error, len(servers))
 	if certs != nil {
