@@ -147,7 +147,7 @@ func (f *inFlight) register(set *vm.Set) {
 // system (debug.FreeOSMemory: a garbage collection, then every free page),
 // at most once per --memory-release-interval.
 const (
-	releaseAbove = 64 << 20
+	releaseAbove = 16 << 20
 	releaseBelow = maxInFlightPerAddr
 )
 

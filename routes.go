@@ -44,7 +44,7 @@ func newServer(logger *slog.Logger, reqLog *requestLog, store catalogStore, read
 	routes := append(api,
 		route{"GET /healthz", handleHealth(cfg.env)},
 		route{"GET /readyz", handleReady(ready, lim, certs)})
-	routes = append(routes, docsRoutes(newDocsBudget(time.Now), cfg.proxies(), cfg.writeTimeout)...)
+	routes = append(routes, docsRoutes(newDocsBudget(reqLog.now), cfg.proxies(), cfg.writeTimeout)...)
 	rt := newRouter(routes)
 	return chain(rt,
 		withRequestID,                      // runs first: every answer has an id, and nosniff
