@@ -212,9 +212,12 @@ func TestInFlightShare(t *testing.T) {
 	entered.Add(1)
 	go send("198.51.100.1", "/wait") // the total's 65th
 	entered.Wait()
-	if w, _ := send("203.0.113.1", "/"); w.Code != 200 {
+	w, cancel := send("203.0.113.1", "/")
+	if w.Code != 200 {
 		t.Errorf("another address: %d, want 200", w.Code)
 	}
+	cancel() // its request ends, and leaves the count
+	waitFor(t, 2*time.Second, "the answered request to leave", func() bool { return f.count() == maxInFlightPerAddr+1 })
 	entered.Add(1)
 	go send("203.0.113.1", "/wait") // the total's 66th
 	entered.Wait()

@@ -261,6 +261,8 @@ var families = map[string]family{
 	"petstore_connections_open":                         {help: "Connections open, by listener: api and plain (what --max-conns counts together), admin (what --admin-max-conns counts)."},
 	"petstore_connections_max":                          {help: "The cap on connections open on the API and plain listeners together (--max-conns, or its default)."},
 	"petstore_admin_connections_max":                    {help: "The cap on connections open on the admin listener (--admin-max-conns)."},
+	"petstore_requests_in_flight":                       {help: "Requests in flight on the API listener, counted until their stream or connection lets them go (at most --max-conns)."},
+	"petstore_requests_in_flight_refused_total":         {help: "Requests refused at once for what is in flight: per_addr (over one client address's share of 64), total (over --max-conns)."},
 	"petstore_connections_refused_total":                {help: "Connections closed at accept, before any TLS, by listener and by the cap reached: max_conns_per_addr, max_conns (api, plain), admin_max_conns (admin)."},
 	"petstore_connections_closed_total":                 {help: "Connections petstore closed without a request: http2_no_stream (no first stream within --read-header-timeout)."},
 	"petstore_db_reads_total":                           {help: "Requests whose reads went to --db-replica (source replica, reason fresh) or to the primary because the replica lagged more than --replica-max-lag (lag), had not replayed the Petstore-Read-After position within --replica-wait (wait), or failed or was unreachable (error); only with --db-replica."},
