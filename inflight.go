@@ -41,10 +41,12 @@ const (
 var inFlightReasonNames = [inFlightReasons]string{"per_addr", "total"}
 
 // inFlight counts the requests in flight, in all and by client address. A
-// request counts from the time a handler takes it until its stream or
-// connection lets it go (its context ends): over HTTP/2 that is after
-// its last frame is written, so an answer that a client does not read
-// still counts, as it still holds the server's memory.
+// request counts from the time a handler takes it until its stream lets
+// it go (its context ends): over HTTP/2 that is after its last frame is
+// written, so an answer that a client does not read still counts, as it
+// still holds the server's memory. Over HTTP/1.1 it counts until its
+// handler returns: what is left to write is the connection's, which the
+// connection caps bound.
 type inFlight struct {
 	total   int // in all; 0: no cap
 	perAddr int // one address's share; 0: no share (a TCP load balancer in front)
@@ -124,6 +126,17 @@ func (f *inFlight) limit(next http.Handler) http.Handler {
 			writeError(w, r, err)
 			return
 		}
+		if r.ProtoMajor != 2 {
+			// HTTP/1.1: the connection's one goroutine, bounded by the
+			// connections, writes what is left once the handler returns.
+			defer f.leave(addr)
+			next.ServeHTTP(w, r)
+			return
+		}
+		// HTTP/2: the stream lives on until its last frame is written,
+		// which a client that does not read holds back; its context ends
+		// then. (context.AfterFunc runs in a goroutine of its own: not
+		// paid on HTTP/1.1.)
 		context.AfterFunc(r.Context(), func() { f.leave(addr) })
 		next.ServeHTTP(w, r)
 	})

@@ -171,9 +171,11 @@ func TestStreamFloodMemory(t *testing.T) {
 }
 
 // TestInFlightShare: the middleware lets one address hold 64 requests in
-// flight and refuses its 65th with 429 (over HTTP/1.1), while another
-// address is served; past the total (--max-conns) it is 503; a request
-// counts until its context ends, and then the address may send again.
+// flight and refuses its 65th at once, 429 over HTTP/1.1 and a reset over
+// HTTP/2 (http.ErrAbortHandler), while another address is served; past
+// the total (--max-conns) it is 503. An HTTP/1.1 request counts until its
+// handler returns, an HTTP/2 one until its context ends (its stream is let
+// go).
 func TestInFlightShare(t *testing.T) {
 	f := newInFlight(maxInFlightPerAddr+2, maxInFlightPerAddr, proxyTrust{})
 	release := make(chan struct{})
@@ -185,58 +187,61 @@ func TestInFlightShare(t *testing.T) {
 		}
 		w.WriteHeader(200)
 	}))
-	send := func(from, path string) (*httptest.ResponseRecorder, context.CancelFunc) {
+	send := func(from, path string, h2 bool) (w *httptest.ResponseRecorder, cancel context.CancelFunc, aborted bool) {
 		ctx, cancel := context.WithCancel(context.Background())
 		r := httptest.NewRequestWithContext(ctx, "GET", path, nil)
 		r.RemoteAddr = from + ":1234"
-		w := httptest.NewRecorder()
+		if h2 {
+			r.ProtoMajor, r.Proto = 2, "HTTP/2.0"
+		}
+		w = httptest.NewRecorder()
+		defer func() {
+			if p := recover(); p != nil {
+				if p != http.ErrAbortHandler {
+					panic(p)
+				}
+				aborted = true
+			}
+		}()
 		h.ServeHTTP(w, r)
-		return w, cancel
+		return w, cancel, false
 	}
 	var done sync.WaitGroup
-	var cancels []context.CancelFunc
-	var cmu sync.Mutex
 	entered.Add(maxInFlightPerAddr)
 	for range maxInFlightPerAddr {
-		done.Go(func() {
-			_, cancel := send("192.0.2.1", "/wait")
-			cmu.Lock()
-			cancels = append(cancels, cancel)
-			cmu.Unlock()
-		})
+		done.Go(func() { send("192.0.2.1", "/wait", false) })
 	}
 	entered.Wait()
-	if w, _ := send("192.0.2.1", "/"); w.Code != 429 || w.Header().Get("Retry-After") != "1" {
+	if w, _, _ := send("192.0.2.1", "/", false); w.Code != 429 || w.Header().Get("Retry-After") != "1" {
 		t.Errorf("the 65th request of one address: %d (Retry-After %q), want 429", w.Code, w.Header().Get("Retry-After"))
 	}
+	if w, _, aborted := send("192.0.2.1", "/", true); !aborted || w.Code != 429 {
+		t.Errorf("the 65th over HTTP/2: reset %v, status %d for the log; want a reset, 429", aborted, w.Code)
+	}
 	entered.Add(1)
-	go send("198.51.100.1", "/wait") // the total's 65th
+	done.Go(func() { send("198.51.100.1", "/wait", false) }) // the total's 65th
 	entered.Wait()
-	w, cancel := send("203.0.113.1", "/")
-	if w.Code != 200 {
+	if w, _, _ := send("203.0.113.1", "/", false); w.Code != 200 {
 		t.Errorf("another address: %d, want 200", w.Code)
 	}
-	cancel() // its request ends, and leaves the count
-	waitFor(t, 2*time.Second, "the answered request to leave", func() bool { return f.count() == maxInFlightPerAddr+1 })
 	entered.Add(1)
-	go send("203.0.113.1", "/wait") // the total's 66th
+	done.Go(func() { send("203.0.113.1", "/wait", false) }) // the total's 66th: the other one's answer left
 	entered.Wait()
-	if w, _ := send("203.0.113.9", "/"); w.Code != 503 {
+	if w, _, _ := send("203.0.113.9", "/", false); w.Code != 503 {
 		t.Errorf("over the total: %d, want 503", w.Code)
 	}
 	close(release)
 	done.Wait()
-	if n := f.count(); n != 2+maxInFlightPerAddr {
-		t.Errorf("%d in flight after the handlers returned, want %d: a request counts until its context ends", n, 2+maxInFlightPerAddr)
+	if n := f.count(); n != 0 {
+		t.Errorf("%d in flight once the HTTP/1.1 handlers returned, want 0", n)
 	}
-	for _, c := range cancels {
-		c()
+	w, cancel, _ := send("192.0.2.1", "/", true)
+	if w.Code != 200 || f.count() != 1 {
+		t.Errorf("HTTP/2 after the flood: %d, %d in flight after its handler; want 200, 1 until its stream ends", w.Code, f.count())
 	}
-	waitFor(t, 2*time.Second, "the share freed", func() bool { return f.count() <= 2 })
-	if w, _ := send("192.0.2.1", "/"); w.Code != 200 {
-		t.Errorf("once its requests ended: %d, want 200", w.Code)
-	}
-	if got := f.refused[inFlightPerAddr].Load() + f.refused[inFlightTotal].Load(); got != 2 {
-		t.Errorf("%d refusals counted, want 2", got)
+	cancel()
+	waitFor(t, 2*time.Second, "the HTTP/2 request to leave", func() bool { return f.count() == 0 })
+	if got := f.refused[inFlightPerAddr].Load() + f.refused[inFlightTotal].Load(); got != 3 {
+		t.Errorf("%d refusals counted, want 3", got)
 	}
 }
