@@ -44,13 +44,16 @@ func rssOf(t *testing.T, pid int) int64 {
 // floodConn opens an HTTP/2 connection to addr and asks for path on
 // streams streams, and never reads a byte: the answers fill the
 // connection's flow-control window and then wait. It returns the
-// connection, to be closed to end the flood.
+// connection, to be closed to end the flood, or nil when it failed (an
+// error of the test: it may run in a goroutine of its own).
 func floodConn(t *testing.T, addr string, roots *x509.CertPool, path string, streams int) net.Conn {
 	t.Helper()
 	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{RootCAs: roots, NextProtos: []string{"h2"}})
 	if err != nil {
-		t.Fatalf("flood dial: %v", err)
+		t.Errorf("flood dial: %v", err) // in a goroutine of the test's: no Fatal
+		return nil
 	}
+	t.Cleanup(func() { c.Close() })
 	var hb bytes.Buffer
 	enc := hpack.NewEncoder(&hb)
 	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "https"}, {":authority", addr}, {":path", path}, {"accept-encoding", "gzip"}} {
@@ -65,7 +68,7 @@ func floodConn(t *testing.T, addr string, roots *x509.CertPool, path string, str
 	}
 	c.SetWriteDeadline(time.Now().Add(5 * time.Second))
 	if _, err := c.Write(out.Bytes()); err != nil {
-		t.Fatalf("flood write: %v", err)
+		t.Errorf("flood write: %v", err)
 	}
 	return c
 }
@@ -81,7 +84,9 @@ func floodConn(t *testing.T, addr string, roots *x509.CertPool, path string, str
 // the flood is over the memory is given back (--memory-release-interval
 // 500ms here) within a bounded wait: down to 16 MiB (releaseAbove) over
 // what it was before. PETSTORE_FLOOD_BIN runs it against
-// another binary (the build before: BENCHMARKS.md).
+// another binary (the build before: BENCHMARKS.md). Under the race
+// detector (whose shadow memory the bounds do not cover) only the service
+// of the other address is checked.
 func TestStreamFloodMemory(t *testing.T) {
 	const conns, streams = 64, 100
 	db := t.TempDir() + "/petstore.db" // SQLite: the server's own memory, not a database's
@@ -132,6 +137,9 @@ func TestStreamFloodMemory(t *testing.T) {
 	for range conns {
 		wg.Go(func() {
 			c := floodConn(t, p.addr, ca.pool, "/docs/swagger-ui-bundle.js", streams)
+			if c == nil {
+				return
+			}
 			mu.Lock()
 			flood = append(flood, c)
 			mu.Unlock()
@@ -149,6 +157,12 @@ func TestStreamFloodMemory(t *testing.T) {
 	bound := int64(conns*64<<10 + maxInFlightPerAddr*64<<10 + conns*maxStreams*8<<10)
 	t.Logf("resident memory: %d MiB before, %d MiB at the flood's peak (+%d MiB; bound +%d MiB)",
 		before>>20, peak>>20, (peak-before)>>20, bound>>20)
+	if raceEnabled {
+		// The race detector's shadow memory grows with every goroutine
+		// and is never given back: the bounds are of the real build.
+		t.Logf("under the race detector: the memory bounds are not checked")
+		return
+	}
 	if peak-before > bound {
 		t.Errorf("the flood took %d MiB, over the bound of %d MiB", (peak-before)>>20, bound>>20)
 	}
