@@ -67,14 +67,15 @@ func newInFlight(total, perAddr int, proxies proxyTrust) *inFlight {
 func (f *inFlight) enter(addr netip.Addr) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.perAddr > 0 && f.byAddr[addr] >= f.perAddr {
+	share := f.perAddr > 0 && addr.IsValid() // no address (not TCP): the total alone
+	if share && f.byAddr[addr] >= f.perAddr {
 		return inFlightPerAddr
 	}
 	if f.total > 0 && f.n >= f.total {
 		return inFlightTotal
 	}
 	f.n++
-	if f.perAddr > 0 {
+	if share {
 		f.byAddr[addr]++
 	}
 	return -1
@@ -85,7 +86,7 @@ func (f *inFlight) leave(addr netip.Addr) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.n--
-	if f.perAddr > 0 {
+	if f.perAddr > 0 && addr.IsValid() {
 		if n := f.byAddr[addr] - 1; n > 0 {
 			f.byAddr[addr] = n
 		} else {
