@@ -61,7 +61,7 @@ func benchHandlerTraced(b testing.TB, store Store, tr *tracer) (http.Handler, st
 	}
 	cfg := serveConfig{env: "production", publicURL: "http://localhost:8080/v1", busyTimeout: defaultBusyTimeout,
 		petsDeprecatedAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), petsSunsetAt: time.Date(2027, 7, 1, 0, 0, 0, 0, time.UTC)}
-	h := newServer(newLogger("text", 0, io.Discard), newRequestLog("text", 0, &logWriter{w: io.Discard}), traceCatalog(store, tr, false), newReadiness(store, time.Now), newIdempotency(store, defaultIdemTTL, time.Now), keys, lim, newServerMetrics(lim, store), cfg, nil, tr)
+	h := newServer(newLogger("text", 0, io.Discard), newRequestLog("text", 0, &logWriter{w: io.Discard}), traceCatalog(store, tr, false), newReadiness(store, time.Now), newIdempotency(store, defaultIdemTTL, time.Now), keys, lim, newServerMetrics(lim, store), newInFlight(defaultMaxConnsTotal, maxInFlightPerAddr, proxyTrust{}), cfg, nil, tr)
 	return h, secret
 }
 
@@ -310,7 +310,7 @@ func BenchmarkTLSConnection(b *testing.B) {
 			srv.ErrorLog = tlsErrorLog(reqLog, metrics, logger)
 			var fresh newConns
 			srv.ConnState = fresh.track
-			caps := newConnCaps(defaultMaxConnsPerAddr, defaultMaxConnsTotal, nil, cfg.readHeaderTimeout)
+			caps := newConnCaps(defaultMaxConnsPerAddr, defaultMaxConnsTotal, defaultAdminMaxConns, nil, cfg.readHeaderTimeout)
 			caps.serve(srv)
 			return srv, caps.listen(ln, listenerAPI)
 		}},

@@ -324,16 +324,16 @@ func etagMatches(lines []string, etag string) bool {
 func (l *categoryLists) servePage(w http.ResponseWriter, r *http.Request, q url.Values) {
 	limit, afterID := int64(100), int64(0)
 	if q.Has("limit") {
-		n, err := strconv.ParseInt(q.Get("limit"), 10, 64)
-		if err != nil || n < 1 || n > maxPageSize {
+		n, ok := decimalInt(q.Get("limit"))
+		if !ok || n < 1 || n > maxPageSize {
 			writeError(w, r, errorf("validation_failed", "limit must be an integer from 1 to %d", maxPageSize))
 			return
 		}
 		limit = n
 	}
 	if q.Has("after_id") {
-		n, err := strconv.ParseInt(q.Get("after_id"), 10, 64)
-		if err != nil || n < 0 {
+		n, ok := decimalInt(q.Get("after_id"))
+		if !ok {
 			writeError(w, r, errorf("validation_failed", "after_id must be a non-negative integer"))
 			return
 		}

@@ -66,6 +66,8 @@ type serveConfig struct {
 	maxConnsPerAddr int
 	maxConns        int
 	maxConnsSet     bool
+	adminMaxConns   int           // --admin-max-conns: the admin listener's own cap
+	memoryRelease   time.Duration // --memory-release-interval (inflight.go)
 
 	busyTimeout       time.Duration
 	shutdownTimeout   time.Duration
@@ -219,7 +221,9 @@ func parseServe(args []string, getenv func(string) string, stdout io.Writer) (se
 	fs.DurationVar(&cfg.writeTimeout, "write-timeout", 60*time.Second, "how long writing a response may take, a `DURATION`")
 	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 120*time.Second, "how long an idle keep-alive connection stays open, a `DURATION`")
 	fs.IntVar(&cfg.maxConnsPerAddr, "max-conns-per-addr", defaultMaxConnsPerAddr, "connections one client address (an IPv6 /64) may hold open on the API and plain listeners together, `N`; 0: no cap (a TCP load balancer in front)")
-	fs.IntVar(&cfg.maxConns, "max-conns", defaultMaxConnsTotal, "connections the API and plain listeners hold open in all, `N`; by default lowered to 80% of the open-file limit less the database's and Redis's files")
+	fs.IntVar(&cfg.maxConns, "max-conns", defaultMaxConnsTotal, "connections the API and plain listeners hold open in all, `N`; by default lowered to 80% of the open-file limit less the database's and Redis's files and --admin-max-conns")
+	fs.DurationVar(&cfg.memoryRelease, "memory-release-interval", 15*time.Second, "how often, at most, memory that a flood left free is given back to the system once the requests in flight are few again, a `DURATION`")
+	fs.IntVar(&cfg.adminMaxConns, "admin-max-conns", defaultAdminMaxConns, "connections the admin listener (--admin-addr) holds open at once, `N`, apart from the API's caps")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log format, `"+strings.Join(logFormats, "|")+"`")
 	cfg.logLevel = slog.LevelInfo
 	fs.Var(levelFlag{&cfg.logLevel}, "log-level", "log level, `"+strings.Join(logLevelNames(), "|")+"`")

@@ -13,9 +13,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 //go:embed docsui/index.html docsui/docs.js docsui/swagger-ui-bundle.js.gz docsui/swagger-ui.css.gz
@@ -54,14 +56,31 @@ type docsAsset struct {
 // docsRoutes returns the routes of the documentation page, and a redirect
 // of /docs/, as people type it, to the page. None needs a key; the files
 // are read and hashed on the first request, so start-up does not wait for
-// them.
-func docsRoutes() []route {
+// them. Each file sent counts against its client's budget (a 304 does
+// not), and its answer must be written within docsWriteTimeout (at most
+// writeTimeout).
+func docsRoutes(budget *docsBudget, proxies proxyTrust, writeTimeout time.Duration) []route {
 	assets := sync.OnceValues(loadDocsAssets)
+	sd := &docsServer{assets: assets, budget: budget, proxies: proxies, deadline: min(docsWriteTimeout, writeTimeout)}
 	return []route{
-		{pattern: "GET /docs", handler: serveDocsAsset(assets, func(*http.Request) string { return "" })},
+		{pattern: "GET /docs", handler: sd.serve(func(*http.Request) string { return "" })},
 		{pattern: "GET /docs/{$}", handler: http.HandlerFunc(redirectToDocs)},
-		{pattern: "GET /docs/{file}", handler: serveDocsAsset(assets, func(r *http.Request) string { return r.PathValue("file") })},
+		{pattern: "GET /docs/{file}", handler: sd.serve(func(r *http.Request) string { return r.PathValue("file") })},
 	}
+}
+
+// docsWriteTimeout bounds the writing of one file of the page: the
+// largest, the gzipped bundle, is about 400 KB, 3 s at 1 Mbit/s. An
+// answer that the client does not read holds its handler and its stream
+// that long, not --write-timeout's 60 s (DECISIONS.md section 21).
+const docsWriteTimeout = 10 * time.Second
+
+// docsServer serves the files of the page.
+type docsServer struct {
+	assets   func() (map[string]*docsAsset, error)
+	budget   *docsBudget
+	proxies  proxyTrust
+	deadline time.Duration
 }
 
 // redirectToDocs answers /docs/ with a permanent redirect to /docs, the
@@ -75,7 +94,7 @@ func redirectToDocs(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusPermanentRedirect)
 }
 
-// loadDocsAssets reads the embedded files into what serveDocsAsset needs.
+// loadDocsAssets reads the embedded files into what docsServer.serve needs.
 func loadDocsAssets() (map[string]*docsAsset, error) {
 	assets := make(map[string]*docsAsset, len(docsAssetTable))
 	for _, e := range docsAssetTable {
@@ -108,13 +127,13 @@ func gunzip(b []byte) ([]byte, error) {
 	return out, nil
 }
 
-// serveDocsAsset answers with the asset that name picks: the stored gzip
-// bytes to a client that accepts gzip, the decompressed ones to any other,
-// each with its own ETag, revalidated on every use (no-cache) so that a
-// new binary's page never meets an old cached bundle.
-func serveDocsAsset(assets func() (map[string]*docsAsset, error), name func(*http.Request) string) http.Handler {
+// serve answers with the asset that name picks: the stored gzip bytes to
+// a client that accepts gzip, the decompressed ones to any other, each
+// with its own ETag, revalidated on every use (no-cache) so that a new
+// binary's page never meets an old cached bundle.
+func (sd *docsServer) serve(name func(*http.Request) string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		all, err := assets()
+		all, err := sd.assets()
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -144,6 +163,14 @@ func serveDocsAsset(assets func() (map[string]*docsAsset, error), name func(*htt
 			w.WriteHeader(http.StatusNotModified)
 			return
 		}
+		if retry, ok := sd.budget.take(connAddrKey(sd.proxies.clientAddr(r))); !ok {
+			h.Del("Content-Encoding")
+			h.Del("ETag")
+			h.Set("Retry-After", strconv.Itoa(retry))
+			writeError(w, r, errorf("rate_limited", "more than %d files of /docs a minute from your address; retry after %d s", docsPerMinute, retry))
+			return
+		}
+		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(sd.deadline))
 		h.Set("Content-Type", a.contentType)
 		h.Set("Content-Length", strconv.Itoa(len(body)))
 		w.WriteHeader(http.StatusOK)
@@ -183,4 +210,49 @@ func qAbove0(params string) bool {
 		}
 	}
 	return true
+}
+
+// docsPerMinute is the files of /docs that one client address (an IPv6
+// /64) may fetch in a minute, 304s not counted: a page load is four of
+// them (the page, its script, its stylesheet and the bundle; the fifth
+// request, the document, is under /v1 and --anon-rpm), so twenty-five
+// loads a minute. It is not --anon-rpm: a page load would take a
+// twelfth of it (DECISIONS.md section 21).
+const docsPerMinute = 100
+
+// docsBudgetAddrs bounds the addresses counted in one minute: past it, a
+// new address waits for the next minute, so a flood from many addresses
+// costs at most this many entries.
+const docsBudgetAddrs = 1 << 16
+
+// docsBudget counts the files of /docs sent to each address in the
+// current minute of its clock (fixed windows: simple, and a client can
+// at most double the rate across a minute's turn).
+type docsBudget struct {
+	now    func() time.Time
+	mu     sync.Mutex
+	minute int64
+	sent   map[netip.Addr]int
+}
+
+func newDocsBudget(now func() time.Time) *docsBudget {
+	return &docsBudget{now: now, sent: map[netip.Addr]int{}}
+}
+
+// take counts one file for addr, or says in how many seconds the next
+// minute starts when its budget is spent.
+func (b *docsBudget) take(addr netip.Addr) (retryAfter int, ok bool) {
+	t := b.now().Unix()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if m := t / 60; m != b.minute {
+		b.minute = m
+		clear(b.sent)
+	}
+	n, seen := b.sent[addr]
+	if n >= docsPerMinute || !seen && len(b.sent) >= docsBudgetAddrs {
+		return int(60 - t%60), false
+	}
+	b.sent[addr] = n + 1
+	return 0, true
 }

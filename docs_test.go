@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestDocsPage checks the page at /docs through the real server: no key
@@ -227,5 +228,40 @@ func TestAcceptsGzip(t *testing.T) {
 		if got := acceptsGzip(tt.header); got != tt.want {
 			t.Errorf("acceptsGzip(%q) = %v, want %v", tt.header, got, tt.want)
 		}
+	}
+}
+
+// TestDocsBudget: the files of /docs are on a budget of their own per
+// address, docsPerMinute a minute (issue 41), not --anon-rpm: the 101st
+// file of a minute is 429 with Retry-After, a 304 costs nothing and is
+// still answered, another address is served, and the next minute brings
+// the budget back.
+func TestDocsBudget(t *testing.T) {
+	var c testClock
+	c.set(time.Date(2026, 3, 1, 12, 0, 10, 0, time.UTC))
+	db := testDB(t)
+	ts := startServerIn(t, c.context(), db, createKey(t, db, "--plan", "free"), "--anon-rpm", "3")
+	first := ts.do(t, "GET", "/docs/docs.js", "", "")
+	etag := first.header.Get("ETag")
+	for i := 1; i < docsPerMinute; i++ {
+		if r := ts.do(t, "GET", "/docs/docs.js", "", ""); r.status != 200 {
+			t.Fatalf("file %d of the minute: %d", i+1, r.status)
+		}
+	}
+	r := ts.do(t, "GET", "/docs/docs.js", "", "")
+	wantError(t, r, 429, "rate_limited")
+	if got := r.header.Get("Retry-After"); got != "50" {
+		t.Errorf("Retry-After %q, want 50 (the minute's end)", got)
+	}
+	if r := ts.do(t, "GET", "/docs/docs.js", "", "", "If-None-Match", etag); r.status != 304 {
+		t.Errorf("a revalidation over the budget: %d, want 304", r.status)
+	}
+	other := clientFrom(t, "127.0.0.2", nil)
+	if r, err := ts.sendVia(other, "GET", "/docs", "", ""); err != nil || r.status != 200 {
+		t.Errorf("another address: %v %v, want 200", r.status, err)
+	}
+	c.add(time.Minute)
+	if r := ts.do(t, "GET", "/docs/docs.js", "", ""); r.status != 200 {
+		t.Errorf("the next minute: %d, want 200", r.status)
 	}
 }

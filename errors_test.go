@@ -51,7 +51,7 @@ func TestWriteError(t *testing.T) {
 }
 
 func TestRecoverPanics(t *testing.T) {
-	h := recoverPanics(slog.New(slog.NewTextHandler(io.Discard, nil)))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+	h := recoverPanics(nil, slog.New(slog.NewTextHandler(io.Discard, nil)))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 		panic("boom")
 	}))
 	w := httptest.NewRecorder()

@@ -485,6 +485,9 @@ func refDecode(body []byte, dst any) string {
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return "invalid_json"
 	}
+	if refLoneSurrogate(body) {
+		return "invalid_json"
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	type fr struct {
@@ -571,6 +574,39 @@ func refDecode(body []byte, dst any) string {
 	}
 	return "ok"
 }
+
+// refLoneSurrogate is loneSurrogate written another way, for refDecode:
+// on valid JSON, each string literal's escapes by a regular expression,
+// a high surrogate's \u escape to be followed at once by a low one's.
+func refLoneSurrogate(body []byte) bool {
+	for _, lit := range refStringRE.FindAll(body, -1) {
+		high, end := false, -1 // a high surrogate waits for its pair, which must start at end
+		for _, m := range refEscapeRE.FindAllSubmatchIndex(lit, -1) {
+			var u uint64 = 0x10000 // not a \u escape
+			if m[2] >= 0 {
+				u, _ = strconv.ParseUint(string(lit[m[2]:m[3]]), 16, 32)
+			}
+			low := u >= 0xDC00 && u <= 0xDFFF
+			if high && (m[0] != end || !low) {
+				return true
+			}
+			if !high && low {
+				return true
+			}
+			high = !high && u >= 0xD800 && u <= 0xDBFF
+			end = m[1]
+		}
+		if high {
+			return true
+		}
+	}
+	return false
+}
+
+var (
+	refStringRE = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+	refEscapeRE = regexp.MustCompile(`\\(?:u([0-9a-fA-F]{4})|.)`)
+)
 
 // refInteger returns the value of a JSON number literal if it is an
 // integer within int64, worked out with math/big's exact rationals. An

@@ -630,7 +630,7 @@ func TestPanicAfterStatusAbortsConnection(t *testing.T) {
 		http.NewResponseController(w).Flush()
 		panic("after the status")
 	})
-	h := recoverPanics(slog.New(slog.NewTextHandler(io.Discard, nil)))(inner)
+	h := recoverPanics(nil, slog.New(slog.NewTextHandler(io.Discard, nil)))(inner)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.ServeHTTP(&recorder{ResponseWriter: w}, r) // the writer as logRequests hands it on
 	}))

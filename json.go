@@ -163,6 +163,9 @@ func decodeBody(body []byte, dst any) error {
 	if shapeErr != nil {
 		return shapeErr
 	}
+	if loneSurrogate(body) {
+		return errorf("invalid_json", "the request body holds a lone surrogate escape (such as \\ud800), which names no character")
+	}
 	// Unmarshal checks the whole body before it decodes any of it.
 	err := json.Unmarshal(body, dst)
 	var syntaxErr *json.SyntaxError

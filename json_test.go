@@ -149,3 +149,25 @@ func TestBodyFieldsArePointers(t *testing.T) {
 		}
 	}
 }
+
+// TestLoneSurrogateIs400: a string whose \u escapes hold half a UTF-16
+// pair is 400 invalid_json (encoding/json would store U+FFFD); a whole
+// pair, and an escaped backslash before "ud800", are fine.
+func TestLoneSurrogateIs400(t *testing.T) {
+	ts := startServer(t)
+	for _, body := range []string{`{"name":"\ud800"}`, `{"name":"a\udc00"}`, `{"name":"\uD800x"}`, `{"name":"\ud800\ud800\udc00"}`,
+		`{"name":"\udc00\ud800"}`, `{"name":"Dog","x\ud800":1}`} {
+		wantError(t, ts.do(t, "POST", "/v1/categories", ts.key, body), 400, "invalid_json")
+	}
+	for i, body := range []string{`{"name":"\ud83d\ude00"}`, `{"name":"\\ud800"}`, `{"name":"\u00e9\"\\\/x"}`} {
+		if r := ts.do(t, "POST", "/v1/categories", ts.key, body); r.status != 201 {
+			t.Errorf("%d: %s: %d %s, want 201", i, body, r.status, r.body)
+		}
+	}
+	for s, want := range map[string]bool{`"\ud800"`: true, `"\\ud800"`: false, `"\\\ud800"`: true, `"\ud83d\ude00"`: false,
+		`"\ud83d\u0041"`: true, `"\ud83d`: true, `"\u12"`: false, `"\u00410"`: false, `"\udfff"`: true, `"\ud83d\ude00\udc00"`: true} {
+		if got := loneSurrogate([]byte(s)); got != want {
+			t.Errorf("loneSurrogate(%s) = %v, want %v", s, got, want)
+		}
+	}
+}

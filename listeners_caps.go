@@ -1,8 +1,10 @@
 // listeners_caps.go owns what a client may hold of serve's connections
 // (DECISIONS.md section 17): the caps per client address and in all, kept
 // at accept on the API and plain listeners, before any TLS, and counted
-// and logged. What serve then watches of each connection it let in is in
-// listeners_conns.go. The admin listener has no cap.
+// and logged; and the admin listener's own cap (--admin-max-conns,
+// DECISIONS.md section 21), so that it still answers, and the process
+// keeps its files, while the API's are full. What serve then watches of
+// each connection it let in is in listeners_conns.go.
 
 package main
 
@@ -21,10 +23,11 @@ import (
 	vm "github.com/VictoriaMetrics/metrics"
 )
 
-// The defaults of --max-conns-per-addr and --max-conns.
+// The defaults of --max-conns-per-addr, --max-conns and --admin-max-conns.
 const (
 	defaultMaxConnsPerAddr = 256
 	defaultMaxConnsTotal   = 4096
+	defaultAdminMaxConns   = 64
 )
 
 // What the database and Redis take of the open files, for --max-conns's
@@ -45,20 +48,28 @@ const (
 const (
 	listenerAPI = iota
 	listenerPlain
+	listenerAdmin
 	listenerCount
 )
 
-var listenerNames = [listenerCount]string{"api", "plain"}
+var listenerNames = [listenerCount]string{"api", "plain", "admin"}
 
 // The reasons of a refusal at accept, as the metrics and the log name
 // them: the flag whose cap was reached.
 const (
 	refusedPerAddr = iota
 	refusedTotal
+	refusedAdmin
 	refusedCount
 )
 
-var refusedReasons = [refusedCount]string{"max_conns_per_addr", "max_conns"}
+var refusedReasons = [refusedCount]string{"max_conns_per_addr", "max_conns", "admin_max_conns"}
+
+// refusalApplies reports whether listener which can refuse for reason:
+// the admin listener has only its own cap, the others never that one.
+func refusalApplies(which, reason int) bool {
+	return (which == listenerAdmin) == (reason == refusedAdmin)
+}
 
 // openFileLimit is the process's limit of open files (RLIMIT_NOFILE's
 // soft limit, which Go raised to the hard one at start), or MaxUint64
@@ -79,9 +90,9 @@ func autoMaxConns(cfg serveConfig, nofile uint64) int {
 
 // fileBound is the most connections the process can hold under an
 // open-file limit of nofile: 80% of it less what the database and Redis
-// take. The other 20% are for the admin listener's connections, the
-// listeners, the log, the ACME client, and what a connection over the cap
-// takes between its accept and its close.
+// take and the admin listener's cap. The other 20% are for the
+// listeners, the log, the ACME client, and what a connection over the
+// cap takes between its accept and its close.
 func fileBound(cfg serveConfig, nofile uint64) int64 {
 	files := sqliteFiles
 	if isPostgresURL(cfg.db) {
@@ -89,6 +100,9 @@ func fileBound(cfg serveConfig, nofile uint64) int64 {
 	}
 	if cfg.redis != "" {
 		files += redisFiles
+	}
+	if cfg.adminAddr != "" {
+		files += cfg.adminMaxConns
 	}
 	return int64(min(nofile, 1<<40))*8/10 - int64(files)
 }
@@ -142,6 +156,7 @@ func connAddrKey(addr netip.Addr) netip.Addr {
 type connCaps struct {
 	perAddr     int                   // 0: no cap per address
 	total       int                   // --max-conns
+	admin       int                   // --admin-max-conns
 	exempt      func(netip.Addr) bool // addresses without a cap per address (trusted proxies); nil: none
 	firstStream time.Duration         // --read-header-timeout: an HTTP/2 connection's first stream
 	start       time.Time             // the base of capConn.lastRead
@@ -157,8 +172,8 @@ type connCaps struct {
 	noStream atomic.Uint64 // HTTP/2 connections closed without a first stream
 }
 
-func newConnCaps(perAddr, total int, exempt func(netip.Addr) bool, firstStream time.Duration) *connCaps {
-	return &connCaps{perAddr: perAddr, total: total, exempt: exempt, firstStream: firstStream, start: time.Now(),
+func newConnCaps(perAddr, total, admin int, exempt func(netip.Addr) bool, firstStream time.Duration) *connCaps {
+	return &connCaps{perAddr: perAddr, total: total, admin: admin, exempt: exempt, firstStream: firstStream, start: time.Now(),
 		onRefuse: func(string, string, net.Addr) {},
 		byAddr:   map[netip.Addr]int{}, conns: map[*capConn]struct{}{}}
 }
@@ -167,7 +182,7 @@ func newConnCaps(perAddr, total int, exempt func(netip.Addr) bool, firstStream t
 func (c *connCaps) since() int64 { return int64(time.Since(c.start)) }
 
 // listen returns ln with the caps kept at its accept; which is
-// listenerAPI or listenerPlain.
+// listenerAPI, listenerPlain or listenerAdmin.
 func (c *connCaps) listen(ln net.Listener, which int) net.Listener {
 	return &capListener{Listener: ln, caps: c, which: which}
 }
@@ -197,7 +212,7 @@ func (l *capListener) Accept() (net.Conn, error) {
 // it and returns nil when it is over a cap.
 func (c *connCaps) admit(nc net.Conn, which int) *capConn {
 	var key netip.Addr
-	if ta, ok := nc.RemoteAddr().(*net.TCPAddr); ok && c.perAddr > 0 {
+	if ta, ok := nc.RemoteAddr().(*net.TCPAddr); ok && c.perAddr > 0 && which != listenerAdmin {
 		if addr := ta.AddrPort().Addr(); c.exempt == nil || !c.exempt(addr) {
 			key = connAddrKey(addr)
 		}
@@ -205,6 +220,10 @@ func (c *connCaps) admit(nc net.Conn, which int) *capConn {
 	reason := -1
 	c.mu.Lock()
 	switch {
+	case which == listenerAdmin:
+		if c.open[listenerAdmin] >= c.admin {
+			reason = refusedAdmin
+		}
 	case key.IsValid() && c.byAddr[key] >= c.perAddr:
 		reason = refusedPerAddr
 	case c.open[listenerAPI]+c.open[listenerPlain] >= c.total:
@@ -260,9 +279,13 @@ func (c *connCaps) register(set *vm.Set) {
 			fmt.Fprintf(w, "petstore_connections_open{listener=%q} %d\n", name, open[i])
 		}
 		vm.WriteGaugeUint64(w, "petstore_connections_max", uint64(c.total))
+		vm.WriteGaugeUint64(w, "petstore_admin_connections_max", uint64(c.admin))
 		vm.WriteMetadataIfNeeded(w, "petstore_connections_refused_total", "counter")
 		for i, name := range listenerNames {
 			for j, reason := range refusedReasons {
+				if !refusalApplies(i, j) {
+					continue
+				}
 				fmt.Fprintf(w, "petstore_connections_refused_total{listener=%q,reason=%q} %d\n", name, reason, c.refused[i][j].Load())
 			}
 		}
@@ -278,7 +301,7 @@ func (c *connCaps) register(set *vm.Set) {
 // cause it), at WARN when the server is full.
 func (l *requestLog) connRefused(listener, reason string, remote net.Addr) {
 	level := slog.LevelInfo
-	if reason == refusedReasons[refusedTotal] {
+	if reason != refusedReasons[refusedPerAddr] {
 		level = slog.LevelWarn
 	}
 	if !l.allow("conn_refused", level) {

@@ -7,6 +7,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -159,7 +160,7 @@ func TestConnCapWithinOpenFileLimit(t *testing.T) {
 	db := testDB(t)
 	key := createKey(t, db, "--plan", "business", "--name", "files")
 	args := []string{fmt.Sprintf("--nofile=%d:%d", nofile, nofile), os.Args[0], "serve", "--db", db,
-		"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--read-header-timeout", "30s", "--shutdown-timeout", "5s"}
+		"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--read-header-timeout", "30s", "--shutdown-timeout", "5s", "--admin-max-conns", "4"}
 	args = append(args, testRedisArgs(t, db)...)
 	cmd := exec.Command(prlimit, args...)
 	cmd.Env = append(os.Environ(), "PETSTORE_TEST_MAIN=1")
@@ -488,7 +489,7 @@ func TestConnCapExempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caps := newConnCaps(1, 3, inPrefixes([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}), time.Second)
+	caps := newConnCaps(1, 3, 1, inPrefixes([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}), time.Second)
 	capped := caps.listen(ln, listenerAPI)
 	defer capped.Close()
 	accepted := make(chan net.Conn, 10)
@@ -531,4 +532,118 @@ func TestConnCapExempt(t *testing.T) {
 	if n := caps.refused[listenerAPI][refusedTotal].Load(); n != 1 {
 		t.Errorf("%d refused at max_conns, want 1 (127.0.0.1's third)", n)
 	}
+}
+
+// TestAdminMaxConns: the admin listener has its own cap (issue 41):
+// with --admin-max-conns 3 and --max-conns 2, two idle connections fill
+// the API, and the admin listener still answers /metrics on one of its
+// own; its fourth connection is closed at accept and counted
+// (reason="admin_max_conns"), and once one closes it answers again.
+func TestAdminMaxConns(t *testing.T) {
+	db := testDB(t)
+	ts := startServerOn(t, db, createKey(t, db, "--plan", "free"), "--max-conns", "2", "--admin-max-conns", "3", "--read-header-timeout", "30s")
+	adminAddr := strings.TrimPrefix(ts.admin, "http://")
+	apiAddr := strings.TrimPrefix(ts.base, "http://")
+	dial := func(addr string) net.Conn {
+		t.Helper()
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// get asks for /metrics on c, an admin connection kept alive.
+	get := func(c net.Conn) (int, string) {
+		t.Helper()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(c, "GET /metrics HTTP/1.1\r\nHost: admin\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("admin /metrics: %v", err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	// The harness's client holds keep-alive connections to both: closed,
+	// and seen closed, before counting.
+	ts.client.Transport.(*checkingTransport).base.(*http.Transport).CloseIdleConnections()
+	asker := dial(adminAddr)
+	waitFor(t, 5*time.Second, "the harness's connections closed", func() bool {
+		_, text := get(asker)
+		return metricValue(text, `petstore_connections_open{listener="api"}`) == 0 &&
+			metricValue(text, `petstore_connections_open{listener="admin"}`) == 1
+	})
+	for range 2 {
+		dial(apiAddr)
+	}
+	// refused: a connection closed at accept, maybe before the dial
+	// returned (a reset).
+	refused := func(addr string) bool {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			return errors.Is(err, syscall.ECONNRESET)
+		}
+		defer c.Close()
+		return closedByServer(c, 2*time.Second)
+	}
+	if !refused(apiAddr) {
+		t.Fatal("a third API connection over --max-conns 2 was kept")
+	}
+	// The admin listener answers while the API is full: the asker, and
+	// two idle connections.
+	idle := []net.Conn{dial(adminAddr), dial(adminAddr)}
+	if code, _ := get(asker); code != 200 {
+		t.Fatalf("admin /metrics with the API full: %d", code)
+	}
+	if !refused(adminAddr) {
+		t.Fatal("a fourth admin connection over --admin-max-conns 3 was kept")
+	}
+	idle[0].Close()
+	waitFor(t, 5*time.Second, "the admin listener to take a connection again", func() bool {
+		c, err := net.DialTimeout("tcp", adminAddr, time.Second)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		return !closedByServer(c, 300*time.Millisecond)
+	})
+	_, text := get(asker)
+	if v := metricValue(text, `petstore_connections_refused_total{listener="admin",reason="admin_max_conns"}`); v < 1 {
+		t.Errorf("admin refusals counted: %v, want at least 1", v)
+	}
+	if v := metricValue(text, `petstore_connections_refused_total{listener="api",reason="max_conns"}`); v < 1 {
+		t.Errorf("API refusals counted: %v, want at least 1", v)
+	}
+	if v := metricValue(text, `petstore_admin_connections_max`); v != 3 {
+		t.Errorf("petstore_admin_connections_max %v, want 3", v)
+	}
+}
+
+// TestHTTP2WithoutPrefaceClosed: a TLS connection that agrees on h2 and
+// then sends nothing, not even the preface, is closed within
+// --read-header-timeout (1 s here; Go's own wait for the preface is 10 s)
+// and counted (issue 41).
+func TestHTTP2WithoutPrefaceClosed(t *testing.T) {
+	db := testDB(t)
+	ts := startTLSServer(t, context.Background(), db, createKey(t, db, "--plan", "free"), "--read-header-timeout", "1s")
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", ts.addr, &tls.Config{RootCAs: ts.ca.pool, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	c.SetReadDeadline(start.Add(8 * time.Second))
+	_, err = io.Copy(io.Discard, c) // the server's SETTINGS, then its close
+	took := time.Since(start)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a connection without a preface was still open after %v", took.Round(time.Millisecond))
+	}
+	if took > 3*time.Second {
+		t.Errorf("a connection without a preface was closed after %v, want about 1 s", took.Round(time.Millisecond))
+	}
+	waitMetric(t, ts.testServer, `petstore_connections_closed_total{reason="http2_no_stream"}`, 1)
 }

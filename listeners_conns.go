@@ -1,8 +1,10 @@
 // listeners_conns.go owns what serve watches of each connection the caps
 // let in (listeners_caps.go): the time of its last received byte and
 // whether it has made a request, so that an HTTP/2 connection opens its
-// first stream within --read-header-timeout and the drain closes at once
-// those that are silent and have made none (DECISIONS.md section 17).
+// first stream within --read-header-timeout of its ClientHello (preface
+// or not: Go's own wait for the preface is 10 s, DECISIONS.md section 21)
+// and the drain closes at once those that are silent and have made none
+// (DECISIONS.md section 17).
 
 package main
 
@@ -12,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,7 +36,7 @@ type capConn struct {
 	closed   atomic.Bool
 
 	mu    sync.Mutex
-	timer *time.Timer // HTTP/2's first stream; nil until armed
+	timer *time.Timer // HTTP/2's first stream (from the ClientHello); nil until armed
 }
 
 // Read notes when a byte last came, while the connection has made no
@@ -83,9 +86,9 @@ func capConnOf(c net.Conn) *capConn {
 type capConnKey struct{}
 
 // serve makes srv tell the caps what its connections do: which one a
-// request came from (through its context), and when HTTP/2 takes one,
-// whose first stream must then open within firstStream. It chains srv's
-// ConnState, which must be set before.
+// request came from (through its context), and, from a TLS ClientHello
+// that offers h2, that its first stream must open within firstStream. It
+// chains srv.TLSConfig's GetConfigForClient, which must be set before.
 func (c *connCaps) serve(srv *http.Server) {
 	srv.ConnContext = func(ctx context.Context, nc net.Conn) context.Context {
 		if cc := capConnOf(nc); cc != nil { // ServeTLS hands over the TLS connection
@@ -100,34 +103,34 @@ func (c *connCaps) serve(srv *http.Server) {
 		}
 		next.ServeHTTP(w, r)
 	})
-	state := srv.ConnState
-	srv.ConnState = func(nc net.Conn, s http.ConnState) {
-		if state != nil {
-			state(nc, s)
+	if srv.TLSConfig == nil {
+		return
+	}
+	prev := srv.TLSConfig.GetConfigForClient
+	srv.TLSConfig.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+		// The server offers h2 first, so a client that offers it gets it
+		// (acme-tls/1, a challenge's, is offered alone).
+		if cc, _ := hello.Conn.(*capConn); cc != nil && slices.Contains(hello.SupportedProtos, "h2") {
+			c.armFirstStream(cc)
 		}
-		if s == http.StateActive {
-			c.activeConn(nc)
+		if prev != nil {
+			return prev(hello)
 		}
+		return nil, nil
 	}
 }
 
-// activeConn arms the first-stream timer of an HTTP/2 connection: Go's
-// HTTP/2 server says StateActive once it has read the client's preface
-// (and again for each stream), net/http for HTTP/1.1 once a request's
-// headers are in. A connection that has made a request, or whose timer is
-// armed, is left alone, so the TLS state is read once a connection.
-func (c *connCaps) activeConn(nc net.Conn) {
-	cc := capConnOf(nc)
-	if cc == nil || cc.served.Load() {
-		return
-	}
-	tc, ok := nc.(*tls.Conn)
-	if !ok {
-		return
-	}
+// armFirstStream arms the first-stream timer of a connection that will
+// speak HTTP/2, at its ClientHello: Go's HTTP/2 server waits 10 s for the
+// client's preface and says nothing (ConnState) before it has it, so the
+// timer is armed here and covers the handshake, the preface and the
+// first stream's headers. By the time it fires, net/http's handshake
+// deadline (--read-header-timeout too) has passed: a connection whose
+// handshake failed is closed already, and the timer with it.
+func (c *connCaps) armFirstStream(cc *capConn) {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
-	if cc.timer != nil || cc.closed.Load() || tc.ConnectionState().NegotiatedProtocol != "h2" {
+	if cc.timer != nil || cc.closed.Load() || cc.served.Load() {
 		return
 	}
 	cc.timer = time.AfterFunc(c.firstStream, func() {

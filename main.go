@@ -178,10 +178,14 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	ready := newReadiness(store, clockOf(ctx)) // /readyz's, on both listeners
 	// The caps on connections (DECISIONS.md section 17), kept at accept on
 	// the API and plain listeners.
-	caps := newConnCaps(cfg.maxConnsPerAddr, maxConnsOf(cfg, logger), inPrefixes(cfg.trustedProxies), cfg.readHeaderTimeout)
+	caps := newConnCaps(cfg.maxConnsPerAddr, maxConnsOf(cfg, logger), cfg.adminMaxConns, inPrefixes(cfg.trustedProxies), cfg.readHeaderTimeout)
 	caps.onRefuse = reqLog.connRefused
 	caps.register(metrics.set)
-	api := newHTTPServer(newServer(logger, reqLog, traceCatalog(store, tr, isPostgresURL(cfg.db)), ready, idem, keys, limits, metrics, cfg, certs, tr), cfg, logger)
+	// The requests in flight (inflight.go): as many as connections, and a
+	// share of them per address unless the cap per address is off.
+	flight := newInFlight(caps.total, min(cfg.maxConnsPerAddr, 1)*maxInFlightPerAddr, cfg.proxies())
+	flight.register(metrics.set)
+	api := newHTTPServer(newServer(logger, reqLog, traceCatalog(store, tr, isPostgresURL(cfg.db)), ready, idem, keys, limits, metrics, flight, cfg, certs, tr), cfg, logger)
 	if certs != nil {
 		useTLS(api, certs)
 		api.HTTP2.CountError = metrics.http2Error
@@ -205,8 +209,11 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 		listeners = append(listeners, &closeOnce{Listener: caps.listen(lns.http, listenerPlain)})
 	}
 	if lns.admin != nil {
-		servers = append(servers, newHTTPServer(newAdminServer(ready, limits, metrics, cfg, certs), cfg, logger))
-		listeners = append(listeners, &closeOnce{Listener: lns.admin})
+		// Its own cap (--admin-max-conns), not the API's: it answers while
+		// they are full.
+		admin := newHTTPServer(newAdminServer(ready, limits, metrics, cfg, certs), cfg, logger)
+		servers, capped = append(servers, admin), append(capped, admin)
+		listeners = append(listeners, &closeOnce{Listener: caps.listen(lns.admin, listenerAdmin)})
 	}
 	var fresh newConns
 	for _, srv := range servers {
@@ -240,6 +247,7 @@ func serve(ctx context.Context, cfg serveConfig, stderr io.Writer) error {
 	if tr != nil {
 		wg.Go(func() { tr.exp.run(bgCtx) }) // after the drain: the last requests' spans go too
 	}
+	wg.Go(func() { flight.releaseMemory(bgCtx, cfg.memoryRelease, logger) })
 
 	serveErr := make(chan error, len(servers))
 	if certs != nil {

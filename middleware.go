@@ -222,28 +222,56 @@ func logRequests(log *requestLog, m *serverMetrics) func(http.Handler) http.Hand
 				if r.Method == http.MethodHead {
 					sent = 0 // net/http drops a HEAD's body, though its Write says it was written
 				}
+				status, err := st.rec.status, st.err
+				if clientGone(r, status) {
+					// Whatever failed failed because the client left: not the
+					// server's error, and not a database error in the metrics.
+					status, err = statusClientClosed, nil
+				}
 				log.write(log.now(), &requestLine{
 					method:    clipField(r.Method),
 					route:     st.pattern,
-					status:    st.rec.status,
+					status:    status,
 					duration:  end.Sub(start),
 					bytes:     sent,
 					key:       keyID,
 					requestID: clipField(w.Header().Get("X-Request-Id")),
 					trace:     st.trace,
 					remote:    r.RemoteAddr,
-					err:       st.err,
-					budgeted:  !st.served,
+					err:       err,
+					// Every line that a client can make the server write
+					// without bound is on the budget: all but a valid key's
+					// answers from its operations, and of those every 5xx
+					// (ERROR) and 499 too (DECISIONS.md section 21).
+					budgeted: !st.served || status >= 500 || status == statusClientClosed,
 				})
-				m.observe(st.pattern, st.rec.status, end.Sub(start), st.err)
+				m.observe(st.pattern, status, end.Sub(start), err)
 			}()
 			next.ServeHTTP(&st.rec, withState(r, st))
 		})
 	}
 }
 
-// recoverPanics turns a panic in a handler into a logged 500.
-func recoverPanics(logger *slog.Logger) func(http.Handler) http.Handler {
+// statusClientClosed is the status that the log and the metrics give a
+// request whose client went away before its answer (its context
+// cancelled: the connection closed, the HTTP/2 stream reset), as nginx's
+// 499 "client closed request": it is not a server error, so never a 500,
+// an ERROR line or a 5xx in the metrics, whatever the handler made of
+// its cut-off work. Nothing is sent: there is no one to send it to.
+const statusClientClosed = 499
+
+// clientGone reports whether r's client went away before its answer was
+// given: nothing written yet, or a 5xx that the failure the departure
+// caused (a query cancelled) made. An answer already under way keeps its
+// status.
+func clientGone(r *http.Request, status int) bool {
+	return (status == 0 || status >= 500) && r.Context().Err() != nil
+}
+
+// recoverPanics turns a panic in a handler into a logged 500. The panic's
+// line is on the log's budget: a request that makes a handler panic can
+// be sent again and again.
+func recoverPanics(reqLog *requestLog, logger *slog.Logger) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			defer func() {
@@ -254,7 +282,9 @@ func recoverPanics(logger *slog.Logger) func(http.Handler) http.Handler {
 				if p == http.ErrAbortHandler {
 					panic(p)
 				}
-				logger.ErrorContext(r.Context(), "panic", "panic", p, "request_id", w.Header().Get("X-Request-Id"), "stack", string(debug.Stack()))
+				if reqLog == nil || reqLog.allow("panic", slog.LevelError) {
+					logger.ErrorContext(r.Context(), "panic", "panic", p, "request_id", w.Header().Get("X-Request-Id"), "stack", string(debug.Stack()))
+				}
 				if rec := recorderOf(w); rec != nil && rec.status != 0 {
 					// The status went out, perhaps part of the body: abort the
 					// connection, so that the client sees the answer cut off

@@ -40,7 +40,20 @@ func validName(field string, name *string) (string, *apiError) {
 	if r, why, ok := refusedInName(n); ok {
 		return "", errorf("validation_failed", "%s must not contain U+%04X, %s", field, r, why)
 	}
+	if r, _ := utf8.DecodeRuneInString(n); joinsOrSelects(r) {
+		return "", errorf("validation_failed", "%s must start with a visible character, not U+%04X: a joiner or a variation selector acts on the character before it, and a name of invisible characters alone shows as nothing", field, r)
+	}
 	return n, nil
+}
+
+// joinsOrSelects reports whether r is the zero-width joiner or a variation
+// selector: invisible code points that a name may hold (emoji need them),
+// but not first, where there is nothing before them to join or select. So
+// a name whose every code point is invisible (these and white space; the
+// other invisible ones are refused anywhere) is refused too (DECISIONS.md
+// section 21).
+func joinsOrSelects(r rune) bool {
+	return r == zeroWidthJoiner || unicode.Is(unicode.Variation_Selector, r)
 }
 
 // defaultIgnorable reports whether r has Unicode's derived property
@@ -101,7 +114,7 @@ func refusedRune(r rune) string {
 // validName trims (unicode.IsSpace, listed: \s is not the same set in Go
 // and ECMA-262), then 1 to maxNameLen code points that are neither
 // control characters nor refusedRune's, the first and last not white
-// space, then white space again. It is written for ECMA-262's u mode
+// space and the first not joinsOrSelects, then white space again. It is written for ECMA-262's u mode
 // (JSON Schema 2020-12) in a form Go's regexp reads too: no look-around,
 // code points up to U+00FF as \xHH (\u is ECMA-262's only), the others as
 // themselves.
@@ -110,7 +123,8 @@ func namePattern() string {
 	space := runeClass(false, unicode.IsSpace)
 	inner := runeClass(true, refused)
 	edge := runeClass(true, func(r rune) bool { return refused(r) || unicode.IsSpace(r) })
-	return fmt.Sprintf("^%s*%s(?:%s{0,%d}%s)?%s*$", space, edge, inner, maxNameLen-2, edge, space)
+	first := runeClass(true, func(r rune) bool { return refused(r) || unicode.IsSpace(r) || joinsOrSelects(r) })
+	return fmt.Sprintf("^%s*%s(?:%s{0,%d}%s)?%s*$", space, first, inner, maxNameLen-2, edge, space)
 }
 
 // nameRuleTables hold every code point that a name rule can single out:

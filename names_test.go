@@ -441,3 +441,29 @@ func TestFoldName(t *testing.T) {
 		}
 	}
 }
+
+// TestAllInvisibleNameIs400: a name of joiners, variation selectors and
+// white space alone shows as nothing, and one starting with a joiner or a
+// selector has nothing for it to act on: 400, by validName and by the
+// document's pattern alike; an emoji with its selector and joiner is fine.
+func TestAllInvisibleNameIs400(t *testing.T) {
+	re := regexp.MustCompile(namePattern())
+	for _, name := range []string{"\u200d", "\ufe0f", " \u200d \ufe0f ", "\u200d\u200d", "\ufe0fDog", "\u200dDog", "\U000e0100", "\u180b"} {
+		n := name
+		if _, err := validName("name", &n); err == nil || err.Code != "validation_failed" {
+			t.Errorf("validName(%+q) = %v, want validation_failed", name, err)
+		}
+		if re.MatchString(name) {
+			t.Errorf("the pattern takes %+q", name)
+		}
+	}
+	for _, name := range []string{"\u2764\ufe0f", "\U0001f468\u200d\U0001f469", "Dog\u200d", " x\ufe0f "} {
+		n := name
+		if _, err := validName("name", &n); err != nil || !re.MatchString(name) {
+			t.Errorf("%+q: validName %v, pattern %v; want both to take it", name, err, re.MatchString(name))
+		}
+	}
+	ts := startServer(t)
+	wantError(t, ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"\u200d\ufe0f"}`), 400, "validation_failed")
+	wantError(t, ts.do(t, "POST", "/v1/pets", ts.key, `{"name":" \ufe0f ","categoryId":1}`), 400, "validation_failed")
+}

@@ -33,9 +33,26 @@ func onceEach(q url.Values, names ...string) error {
 
 // positiveID parses an id given as text: decimal digits naming a positive int64.
 func positiveID(name, s string) (int64, *apiError) {
-	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || id < 1 || s[0] < '0' || s[0] > '9' {
+	id, ok := decimalInt(s)
+	if !ok || id < 1 {
 		return 0, errorf("validation_failed", "%s must be a positive integer, got \"%s\"", name, clipField(s))
 	}
 	return id, nil
+}
+
+// decimalInt parses an integer of a query or a path: decimal digits only,
+// at least one, within int64. strconv.ParseInt alone takes a sign ("+1",
+// "-0"), which the document's integer parameters do not allow (DECISIONS.md
+// section 21): every query and path integer goes through here.
+func decimalInt(s string) (int64, bool) {
+	if s == "" {
+		return 0, false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
 }

@@ -23,3 +23,22 @@ func TestMalformedQueryIs400(t *testing.T) {
 		t.Errorf("a well-formed filter: %v", got)
 	}
 }
+
+// TestIntegersAreDigitsOnly: every integer of a query or a path is
+// decimal digits, no sign (issue 41): strconv.ParseInt alone took
+// after_id=+1 and limit=-0.
+func TestIntegersAreDigitsOnly(t *testing.T) {
+	ts := startServer(t)
+	ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"Dog"}`)
+	ts.do(t, "POST", "/v1/pets", ts.key, `{"name":"Rex","categoryId":1}`)
+	for _, path := range []string{"/v1/categories?after_id=%2B1", "/v1/categories?after_id=-0", "/v1/categories?after_id=",
+		"/v1/categories?limit=-0", "/v1/categories?limit=%2B5", "/v1/categories?limit=%205", "/v1/categories?limit=5%20",
+		"/v1/pets?categoryId=%2B1", "/v1/pets/%2B1", "/v1/pets/-0", "/v1/pets/0x1"} {
+		wantError(t, ts.do(t, "GET", path, ts.key, ""), 400, "validation_failed")
+	}
+	for _, path := range []string{"/v1/categories?after_id=0", "/v1/categories?limit=005", "/v1/pets?categoryId=01", "/v1/pets/1"} {
+		if r := ts.do(t, "GET", path, ts.key, ""); r.status != 200 {
+			t.Errorf("GET %s: %d %s, want 200", path, r.status, r.body)
+		}
+	}
+}

@@ -100,7 +100,7 @@ func apiRoutes(store catalogStore, idem *idempotency, cfg serveConfig) []route {
 
 // newServer returns the whole API: the routes behind the middleware.
 // certs is nil without HTTPS.
-func newServer(logger *slog.Logger, reqLog *requestLog, store catalogStore, ready *readiness, idem *idempotency, keys *keyring, lim rateLimiter, m *serverMetrics, cfg serveConfig, certs certSource, tr *tracer) http.Handler {
+func newServer(logger *slog.Logger, reqLog *requestLog, store catalogStore, ready *readiness, idem *idempotency, keys *keyring, lim rateLimiter, m *serverMetrics, flight *inFlight, cfg serveConfig, certs certSource, tr *tracer) http.Handler {
 	api := apiRoutes(store, idem, cfg)
 	ra := newReadAfter(isPostgresURL(cfg.db), maxLineages)
 	for i := range api {
@@ -109,13 +109,14 @@ func newServer(logger *slog.Logger, reqLog *requestLog, store catalogStore, read
 	routes := append(api,
 		route{pattern: "GET /healthz", handler: handleHealth(cfg.env)},
 		route{pattern: "GET /readyz", handler: handleReady(ready, lim, certs, false)})
-	routes = append(routes, docsRoutes()...)
+	routes = append(routes, docsRoutes(newDocsBudget(reqLog.now), cfg.proxies(), cfg.writeTimeout)...)
 	rt := newRouter(routes)
 	return chain(rt,
 		withRequestID,                          // runs first: every answer has an id, and nosniff
 		logRequests(reqLog, m),                 // one log line (unkeyed answers on a budget) and the metrics of each request
 		traceRequests(tr),                      // its trace: the ids for the log, its span when tracing is on
-		recoverPanics(logger),                  // a panic is a 500, or a cut connection
+		recoverPanics(reqLog, logger),          // a panic is a 500, or a cut connection
+		flight.limit,                           // an address's share of the requests in flight, and the server's
 		withCORS(cfg.cors, api),                // answers preflights of the API's methods: before the key and the limiter
 		areaHeaders(cfg.petsDeprecation(), rt), // before the limiter: a 429 carries them too
 		authenticate(keys),                     // resolves the key once; refuses nothing

@@ -55,8 +55,18 @@ func newCertSource(ctx context.Context, cfg serveConfig, store acmeStore, logger
 	return nil, nil
 }
 
-// maxStreams bounds the concurrent HTTP/2 streams of a connection.
-const maxStreams = 100
+// writeByteTimeout closes an HTTP/2 connection to which nothing could be
+// written for that long (a client that reads nothing, its TCP window
+// full): Go's server then holds every stream of it, and their handlers,
+// blocked, and a stream's write deadline cannot reset a stream whose
+// RST_STREAM cannot be written either.
+const writeByteTimeout = 10 * time.Second
+
+// maxStreams bounds the concurrent HTTP/2 streams of a connection
+// (DECISIONS.md section 21 lowered it from 100): with --max-conns, it
+// bounds the streams that the server may hold at once, which
+// docs/operations.md's memory bound counts.
+const maxStreams = 32
 
 // tls12Suites are the suites TLS 1.2 offers (DECISIONS.md section 17):
 // ECDHE with an AEAD cipher, for ECDSA and RSA certificates, as Mozilla's
@@ -81,7 +91,7 @@ func useTLS(srv *http.Server, certs certSource) {
 		GetCertificate: certs.getCertificate,
 		NextProtos:     append([]string{"h2", "http/1.1"}, certs.nextProtos()...),
 	}
-	srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: maxStreams}
+	srv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: maxStreams, WriteByteTimeout: writeByteTimeout}
 }
 
 // validateTLS checks the TLS and ACME flags against each other, makes the

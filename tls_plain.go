@@ -37,10 +37,10 @@ func plainHandler(cfg serveConfig, certs certSource, reqLog *requestLog, m *serv
 		w.WriteHeader(http.StatusPermanentRedirect) // 308 keeps the method and the body, as 301 does not
 	}))
 	return chain(inner,
-		withRequestID,          // every answer has an id, and nosniff
-		logRequests(reqLog, m), // one log line, on the budget, and the metrics
-		recoverPanics(logger),  // a panic is a 500, never net/http's unbudgeted stack trace
-		notePlainRoute,         // the route of the log line and the metrics
+		withRequestID,                 // every answer has an id, and nosniff
+		logRequests(reqLog, m),        // one log line, on the budget, and the metrics
+		recoverPanics(reqLog, logger), // a panic is a 500, never net/http's unbudgeted stack trace
+		notePlainRoute,                // the route of the log line and the metrics
 	) // then ACME's challenges, then the 403 or the redirect
 }
 

@@ -329,8 +329,8 @@ func TestTLSMaxConcurrentStreams(t *testing.T) {
 	if !ok || sf.IsAck() {
 		t.Fatalf("the server's first frame is %v, want its SETTINGS", f)
 	}
-	if v, ok := sf.Value(http2.SettingMaxConcurrentStreams); !ok || v != 100 {
-		t.Errorf("SETTINGS_MAX_CONCURRENT_STREAMS = %d (sent: %v), want 100", v, ok)
+	if v, ok := sf.Value(http2.SettingMaxConcurrentStreams); !ok || v != 32 {
+		t.Errorf("SETTINGS_MAX_CONCURRENT_STREAMS = %d (sent: %v), want 32 (issue 41 lowered it from 100)", v, ok)
 	}
 }
 
@@ -955,8 +955,8 @@ func TestTLSAPIOverHTTP2(t *testing.T) {
 
 // TestTLSBanHoldOverHTTP2 checks what docs/api.md says of a banned key on
 // HTTP/2: each answer waits --ban-hold, and one connection has at most
-// 100 requests open at a time, so it gets at most 100 answers a hold; a
-// 101st stream is refused at once.
+// 32 requests open at a time (maxStreams), so it gets at most 32 answers
+// a hold; a 33rd stream is refused at once.
 func TestTLSBanHoldOverHTTP2(t *testing.T) {
 	const hold = 300 * time.Millisecond
 	db := testDB(t)
@@ -1016,9 +1016,9 @@ func TestTLSBanHoldOverHTTP2(t *testing.T) {
 		}
 	}
 	c.Close()
-	if answered != 100 || refused != streams-100 || early > 0 {
-		t.Errorf("%d streams: %d answered (%d before the hold of %v), %d refused; want 100 answered after the hold, %d refused",
-			streams, answered, early, hold, refused, streams-100)
+	if answered != maxStreams || refused != streams-maxStreams || early > 0 {
+		t.Errorf("%d streams: %d answered (%d before the hold of %v), %d refused; want %d answered after the hold, %d refused",
+			streams, answered, early, hold, refused, maxStreams, streams-maxStreams)
 	}
 }
 
@@ -1028,7 +1028,7 @@ func TestTLSBanHoldOverHTTP2(t *testing.T) {
 // short body that looks complete, and the connection's other requests go
 // on.
 func TestTLSPanicAfterStatusResetsStream(t *testing.T) {
-	h := recoverPanics(slog.New(slog.NewTextHandler(io.Discard, nil)))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := recoverPanics(nil, slog.New(slog.NewTextHandler(io.Discard, nil)))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
 		if r.URL.Path != "/panic" {

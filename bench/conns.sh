@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The connection caps' numbers in BENCHMARKS.md (issue 34):
-#   bench/conns.sh ab BEFORE AFTER   # rows 11-12 of bench/tls.sh, two builds alternated
+#   bench/conns.sh ab BEFORE AFTER   # rows 11-12 of bench/tls.sh, two builds alternated; H2=1 adds HTTP/2
 #   bench/conns.sh idle BIN MODE N   # peak RSS holding N idle connections (MODE h2, h1, silent)
 # ab runs the two binaries side by side over HTTPS (--tls-cert, an ECDSA
 # P-256 pair) on CPU 1 with wrk on CPU 0, as bench/tls.sh runs its servers:
@@ -55,7 +55,23 @@ ab() {
 	rounds ka /v1/categories
 	for v in before after; do PRELOAD=$shim warm "${URL[$v]}/healthz" "${close[@]}"; done
 	PRELOAD=$shim rounds hs /healthz "${close[@]}"
-	for label in ka hs; do
+	local labels="ka hs"
+	if [[ ${H2:-} == 1 ]]; then
+		# HTTP/2 (issue 41): h2load, 8 connections of 4 streams each (32 in
+		# flight, under the 64 of one address's share), on
+		# the same GET; its summary written as wrk's, for the awk below.
+		for v in before after; do h2run "${URL[$v]}/v1/categories" "$WARMUP" >/dev/null; done
+		for i in $(seq "$RUNS"); do
+			order="before after"; ((i % 2)) || order="after before"
+			for v in $order; do
+				t0=$(cpu_ticks "${PID[$v]}")
+				h2run "${URL[$v]}/v1/categories" "$DURATION" >"$TMP/h2-$v-$i.txt"
+				echo $(($(cpu_ticks "${PID[$v]}") - t0)) >"$TMP/h2-$v-$i.cpu"
+			done
+		done
+		labels="ka hs h2"
+	fi
+	for label in $labels; do
 		for i in $(seq "$RUNS"); do
 			for v in before after; do
 				f=$TMP/$label-$v-$i
@@ -70,6 +86,11 @@ ab() {
 			"failed: $(cat "$TMP/$label"-*.txt | awk '/Non-2xx/ {n += $NF} /Socket errors/ {gsub(/[^0-9 ]/, " "); n += $1 + $2 + $3 + $4} END {print n + 0}')"
 	done
 	for v in before after; do echo "$v peak RSS: $(awk '/VmHWM/ {printf "%.1f MiB", $2 / 1024}' "/proc/${PID[$v]}/status")"; done
+}
+# h2run URL DURATION: h2load over HTTP/2, its counts as wrk prints them.
+h2run() {
+	taskset -c 0 h2load -c8 -m4 -t1 -D "${2%s}" -H "authorization: Bearer $KEY" "$1" 2>/dev/null |
+		awk '/^finished in/ {gsub(/,/, ""); print "Requests/sec: " $4} /^requests:/ {print $6 " requests in"; if ($10 > 0) print "Non-2xx or 3xx responses: " $10}'
 }
 warm() { LD_PRELOAD=${PRELOAD:-} taskset -c 0 wrk -t1 -c32 -d"$WARMUP" -H "Authorization: Bearer $KEY" "${@:2}" "$1" >/dev/null; }
 # rounds label path [wrk args]: RUNS rounds, the builds' order swapped each round.
