@@ -326,10 +326,14 @@ func endServer(sp *span, r *http.Request, st *reqState) {
 		_, route, _ := strings.Cut(st.pattern, " ")
 		sp.setString("http.route", route)
 	}
-	if st.rec.status != 0 {
-		sp.setInt("http.response.status_code", int64(st.rec.status))
+	status := st.rec.status
+	if clientGone(r, status) {
+		status = statusClientClosed // as the log and the metrics say: not a server error
 	}
-	if st.rec.status >= 500 {
+	if status != 0 {
+		sp.setInt("http.response.status_code", int64(status))
+	}
+	if status >= 500 {
 		sp.fail()
 	}
 	scheme := "http"

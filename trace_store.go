@@ -75,9 +75,11 @@ func (s *tracedCatalog) start(ctx context.Context, op, table string) (context.Co
 }
 
 // done ends sp, failed when err is one of the database's (a refusal, such
-// as a name taken, is an answer).
-func done(sp *span, err error) {
-	if err != nil && isDBError(err) {
+// as a name taken, is an answer), unless ctx ended first: a query cut by
+// the client's departure is not the database's failure (middleware.go's
+// clientGone).
+func done(ctx context.Context, sp *span, err error) {
+	if err != nil && isDBError(err) && ctx.Err() == nil {
 		sp.fail()
 	}
 	sp.finish()
@@ -86,91 +88,91 @@ func done(sp *span, err error) {
 func (s *tracedCatalog) CreateCategory(ctx context.Context, c Category, fold string, idem *idemWrite[Category]) (Category, error) {
 	ctx, sp := s.start(ctx, "INSERT", "categories")
 	c, err := s.catalogStore.CreateCategory(ctx, c, fold, idem)
-	done(sp, err)
+	done(ctx, sp, err)
 	return c, err
 }
 
 func (s *tracedCatalog) EachCategory(ctx context.Context, fn func(Category) error) error {
 	ctx, sp := s.start(ctx, "SELECT", "categories")
 	err := s.catalogStore.EachCategory(ctx, fn)
-	done(sp, err)
+	done(ctx, sp, err)
 	return err
 }
 
 func (s *tracedCatalog) EachCategoryAfter(ctx context.Context, afterID int64, limit int, fn func(Category) error) error {
 	ctx, sp := s.start(ctx, "SELECT", "categories")
 	err := s.catalogStore.EachCategoryAfter(ctx, afterID, limit, fn)
-	done(sp, err)
+	done(ctx, sp, err)
 	return err
 }
 
 func (s *tracedCatalog) CategoriesGen(ctx context.Context) (uint64, error) {
 	ctx, sp := s.start(ctx, "SELECT", "categories_gen")
 	g, err := s.catalogStore.CategoriesGen(ctx)
-	done(sp, err)
+	done(ctx, sp, err)
 	return g, err
 }
 
 func (s *tracedCatalog) CreatePet(ctx context.Context, p Pet, idem *idemWrite[Pet]) (Pet, error) {
 	ctx, sp := s.start(ctx, "INSERT", "pets")
 	p, err := s.catalogStore.CreatePet(ctx, p, idem)
-	done(sp, err)
+	done(ctx, sp, err)
 	return p, err
 }
 
 func (s *tracedCatalog) EachPet(ctx context.Context, f petFilter, fn func(Pet) error) error {
 	ctx, sp := s.start(ctx, "SELECT", "pets")
 	err := s.catalogStore.EachPet(ctx, f, fn)
-	done(sp, err)
+	done(ctx, sp, err)
 	return err
 }
 
 func (s *tracedCatalog) Pet(ctx context.Context, id int64) (Pet, error) {
 	ctx, sp := s.start(ctx, "SELECT", "pets")
 	p, err := s.catalogStore.Pet(ctx, id)
-	done(sp, err)
+	done(ctx, sp, err)
 	return p, err
 }
 
 func (s *tracedCatalog) CreateOrder(ctx context.Context, o Order, idem *idemWrite[Order]) (Order, error) {
 	ctx, sp := s.start(ctx, "INSERT", "orders")
 	o, err := s.catalogStore.CreateOrder(ctx, o, idem)
-	done(sp, err)
+	done(ctx, sp, err)
 	return o, err
 }
 
 func (s *tracedCatalog) EachOrder(ctx context.Context, fn func(Order) error) error {
 	ctx, sp := s.start(ctx, "SELECT", "orders")
 	err := s.catalogStore.EachOrder(ctx, fn)
-	done(sp, err)
+	done(ctx, sp, err)
 	return err
 }
 
 func (s *tracedCatalog) PetInventory(ctx context.Context) (map[string]int64, error) {
 	ctx, sp := s.start(ctx, "SELECT", "pets")
 	m, err := s.catalogStore.PetInventory(ctx)
-	done(sp, err)
+	done(ctx, sp, err)
 	return m, err
 }
 
 func (s *tracedIdem) BeginIdempotent(ctx context.Context, r idemRequest) (*idemAnswer, error) {
 	ctx, sp := s.t.start(ctx, "SELECT", "idempotency")
 	a, err := s.idemStore.BeginIdempotent(ctx, r)
-	done(sp, err)
+	done(ctx, sp, err)
 	return a, err
 }
 
 func (s *tracedIdem) IdempotentAnswer(ctx context.Context, r idemRequest) (*idemAnswer, error) {
 	ctx, sp := s.t.start(ctx, "SELECT", "idempotency")
 	a, err := s.idemStore.IdempotentAnswer(ctx, r)
-	done(sp, err)
+	done(ctx, sp, err)
 	return a, err
 }
 
 func (s *tracedIdem) EndIdempotent(ctx context.Context, r idemRequest) error {
 	ctx, sp := s.t.start(ctx, "DELETE", "idempotency")
 	err := s.idemStore.EndIdempotent(ctx, r)
-	done(sp, err)
+	done(ctx, sp, err)
 	return err
 }
 

@@ -403,3 +403,38 @@ func TestTraceConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// A client that hangs up while its create waits for the database is 499
+// in its span, as in the log and the metrics (middleware.go's
+// clientGone): neither the server span nor the database's is an error.
+func TestTraceClientGone(t *testing.T) {
+	col := newTestCollector(t, nil)
+	ts, _ := startTraced(t, map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT": col.URL,
+		"OTEL_BSP_SCHEDULE_DELAY":     "20",
+	}, "--busy-timeout", "1s")
+	release := holdWriteLock(t, ts.db)
+	const trace = "5bf92f3577b34da6a3ce929d0e0e4736"
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", ts.base+"/v1/categories", strings.NewReader(`{"name":"Gone"}`))
+	req.Header.Set("Authorization", "Bearer "+ts.key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Traceparent", "00-"+trace+"-00f067aa0ba902b7-01")
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("answered %d before the client left", resp.StatusCode)
+	}
+	server := col.waitSpan(t, "of the hang-up", func(sp *tracepb.Span) bool {
+		return hexOf(sp.TraceId) == trace && sp.Kind == tracepb.Span_SPAN_KIND_SERVER
+	})
+	release()
+	if got := attrsOf(server.Attributes)["http.response.status_code"]; got != int64(499) {
+		t.Errorf("server span's status code = %v, want 499", got)
+	}
+	for _, sp := range col.spans() {
+		if hexOf(sp.TraceId) == trace && sp.Status.GetCode() == tracepb.Status_STATUS_CODE_ERROR {
+			t.Errorf("span %q is an error: the client left, the server did not fail", sp.Name)
+		}
+	}
+}
