@@ -59,10 +59,25 @@ func newExporter(c traceConfig, head otlpHead, log *slog.Logger) *exporter {
 		url: c.url, headers: c.headerMap, head: head, log: log,
 		queue: make(chan *span, c.queueSize), batch: c.batchSize, delay: c.delay,
 		timeout: c.timeout, retries: maxRetryTime,
-		client: &http.Client{Timeout: c.timeout},
+		client: &http.Client{Timeout: c.timeout, CheckRedirect: sameOrigin},
 	}
 	e.zw, _ = gzip.NewWriterLevel(&e.buf, gzip.BestSpeed)
 	return e
+}
+
+// sameOrigin follows a collector's redirect only within its scheme and
+// host: Go's client strips Authorization from a redirect to another host
+// but copies every other header, and OTEL_EXPORTER_OTLP_HEADERS holds the
+// vendors' keys (x-honeycomb-team, DD-API-KEY). A redirect elsewhere is the
+// batch's answer, a failure counted in the drops.
+func sameOrigin(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	if req.URL.Scheme != via[0].URL.Scheme || req.URL.Host != via[0].URL.Host {
+		return http.ErrUseLastResponse
+	}
+	return nil
 }
 
 // enqueue hands sp to the exporter, or drops it when the queue is full:

@@ -438,3 +438,35 @@ func TestTraceClientGone(t *testing.T) {
 		}
 	}
 }
+
+// A collector that redirects to another host gets no second request: the
+// OTLP headers (a vendor's key) never leave for a host that was not
+// configured; the batch counts as dropped.
+func TestTraceRedirectElsewhere(t *testing.T) {
+	other := newTestCollector(t, nil)
+	col := newTestCollector(t, func(n int, w http.ResponseWriter) int {
+		w.Header().Set("Location", other.URL+"/v1/traces")
+		return http.StatusTemporaryRedirect
+	})
+	ts, _ := startTraced(t, map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT": col.URL,
+		"OTEL_BSP_SCHEDULE_DELAY":     "1",
+		"OTEL_EXPORTER_OTLP_HEADERS":  "X-Token=s3cret",
+	})
+	ts.do(t, "GET", "/v1/categories", ts.key, "")
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		m := regexp.MustCompile(`(?m)^petstore_traces_dropped_total (\d+)$`).FindStringSubmatch(ts.get(t, ts.admin+"/metrics"))
+		if m != nil && m[1] != "0" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no span dropped within 10s after a redirect elsewhere: %v", m)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	other.mu.Lock()
+	defer other.mu.Unlock()
+	if other.requests != 0 || other.token != "" {
+		t.Errorf("the host redirected to got %d requests (X-Token %q), want none", other.requests, other.token)
+	}
+}
