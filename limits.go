@@ -35,6 +35,7 @@ type decision struct {
 	ResetIn    int64 // seconds from now until Reset
 	MinuteRPM  int64 // the policy, for RateLimit-Policy; 0 when that window is unlimited
 	DayRPD     int64
+	ViaRedis   bool // decided by a call to Redis made for this request (limits_redis*.go), for its trace span
 }
 
 type limiterStats struct {

@@ -314,16 +314,20 @@ func (r *redisLimiter) allowAddr(addr netip.Addr) decision {
 	k := limAddrKeyOf(addr)
 	rpm := r.limiter.anonRPM
 	res, err := r.step(r.keyName('a', strconv.FormatUint(k.hi, 16)+":"+strconv.FormatUint(k.lo, 16)), rpm, 0, 0, 0, 0, 0, nil)
-	if errors.Is(err, context.DeadlineExceeded) {
+	var d decision
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
 		// Slow, not down (the probe says when it is): this request is
 		// decided here; the call may still count it in Redis.
-		return r.limiter.allowAddr(addr)
-	}
-	if err != nil {
+		d = r.limiter.allowAddr(addr)
+	case err != nil:
 		r.down(err)
-		return r.limiter.allowAddr(addr)
+		d = r.limiter.allowAddr(addr)
+	default:
+		d = keyDecision(res.now, rpm, 0, res.bucket, 0, res.day, res.allowed, true)
 	}
-	return keyDecision(res.now, rpm, 0, res.bucket, 0, res.day, res.allowed, true)
+	d.ViaRedis = true
+	return d
 }
 
 // keyName is the Redis key of a key's (kind 'k') or an address's ('a') state.

@@ -125,14 +125,16 @@ func (r *redisLimiter) allowKey(id int64, rpm, rpd int64) decision {
 		la = r.leaseArgs(l, now, true, false)
 	}
 	l.mu.Unlock()
-	return r.decideInRedis(id, l, rpm, rpd, la)
+	d := r.decideInRedis(id, l, rpm, rpd, la)
+	d.ViaRedis = true
+	return d
 }
 
 // note counts a request at now in the key's rate; a plan that changed
 // voids what the lease held and saw.
 func (l *redisLease) note(now, rpm, rpd int64) {
 	if rpm != l.rpm || rpd != l.rpd {
-		l.rpm, l.rpd, l.held, l.hasSeen = rpm, rpd, 0, false
+		l.rpm, l.rpd, l.held, l.hasSeen, l.extra = rpm, rpd, 0, false, 0
 	}
 	if now-l.lastReq >= int64(redisLeaseIdle) {
 		l.rate, l.winStart, l.winCount = 0, now, 0 // quiet until now: measured afresh
@@ -291,8 +293,10 @@ func (r *redisLimiter) settle(id int64, l *redisLease, rpm, rpd int64, la *redis
 	defer l.mu.Unlock()
 	if c != nil {
 		c.res, c.err, c.answered = res, err, true
-		if c.admitted && err == nil {
-			l.extra-- // the call counted it in Redis: in this state and any later one
+		if c.admitted {
+			// The call is over: it counted the request in Redis (in this
+			// state and any later one), or failed and never will.
+			l.extra = max(0, l.extra-1)
 		}
 	}
 	if la != nil {

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
@@ -218,5 +220,69 @@ func TestRedisLeaseFromSeen(t *testing.T) {
 	l.held = 1 // after the spend
 	if d := l.fromSeen(t0+int64(time.Second), rpm, rpd, true); !d.Allowed || d.Window != 86400 || d.Remaining != 1 {
 		t.Fatalf("a request paid by the lease: %+v, want allowed, the day's 1 left (the lease's)", d)
+	}
+}
+
+// TestRedisSpanOnlyWhenAsked: a request decided from its key's lease in
+// memory has no Redis span, though the lease's top-ups call Redis meanwhile;
+// one decided in Redis has one (trace_clients.go).
+func TestRedisSpanOnlyWhenAsked(t *testing.T) {
+	lims, _, _ := newLeaseLimTest(t, 1, 5, limiterConfig{BanThreshold: 1 << 30})
+	r := lims[0]
+	c := traceConfig{endpoint: "http://127.0.0.1:1/v1/traces"}
+	if err := c.resolve(func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	tr := newTracer(c, slog.New(slog.DiscardHandler))
+	var local, asked int
+	for i := range 6 {
+		req := httptest.NewRequest("GET", "/v1/pets", nil)
+		req = withState(req, &reqState{trace: tr.startServer(req)})
+		before := r.leases.local.Load()
+		rs := startRedis(req, r)
+		rs.end(r, r.allowKey(42, 600, 0))
+		spans := len(tr.exp.queue)
+		for range spans {
+			<-tr.exp.queue
+		}
+		want := 1
+		if r.leases.local.Load() > before {
+			want = 0
+			local++
+		} else {
+			asked++
+		}
+		if spans != want {
+			t.Errorf("request %d: %d Redis spans, want %d", i, spans, want)
+		}
+	}
+	if local == 0 || asked == 0 {
+		t.Fatalf("%d requests decided from the lease, %d in Redis: want some of each", local, asked)
+	}
+}
+
+// TestRedisLeaseExtraSettles: a request admitted from the state last seen
+// (its wait timed out) stops counting against that state when its call
+// ends, whether the call counted it in Redis or failed; a plan that
+// changes forgets it too. Else a failed call left phantom spends that
+// lowered the key's headers and refused timed-out waits for good.
+func TestRedisLeaseExtraSettles(t *testing.T) {
+	lims, _, _ := newLeaseLimTest(t, 1, 5, limiterConfig{BanThreshold: 1 << 30})
+	r := lims[0]
+	l := &redisLease{rpm: 60, rpd: 1000, extra: 2}
+	for i, err := range []error{nil, errors.New("connection reset")} {
+		r.settle(7, l, 60, 1000, nil, &redisCall{admitted: true}, redisStep{}, err, time.Millisecond)
+		if l.extra != int64(1-i) {
+			t.Fatalf("after call %d (err %v): extra = %d, want %d", i, err, l.extra, 1-i)
+		}
+	}
+	r.settle(7, l, 60, 1000, nil, &redisCall{admitted: true}, redisStep{}, nil, time.Millisecond)
+	if l.extra != 0 {
+		t.Fatalf("extra = %d after more settles than spends, want 0", l.extra)
+	}
+	l.extra = 3
+	l.note(time.Now().UnixNano(), 120, 1000)
+	if l.extra != 0 {
+		t.Fatalf("extra = %d after a plan change, want 0", l.extra)
 	}
 }

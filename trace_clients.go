@@ -10,12 +10,10 @@ import (
 )
 
 // redisSpan is the span of a request's rate-limit decision, made where the
-// limits are shared in Redis: calls is the limiter's count of calls to
-// Redis before it, so that a decision that asked Redis nothing (it is
-// down, or the limiter had its answer) leaves no span.
+// limits are shared in Redis: a decision that asked Redis nothing for this
+// request (it is down, or the key's lease covered it) leaves no span.
 type redisSpan struct {
-	sp    *span
-	calls int64
+	sp *span
 }
 
 // startRedis starts the span of r's rate-limit decision by lim, when r
@@ -32,18 +30,17 @@ func startRedis(r *http.Request, lim rateLimiter) redisSpan {
 	sp := st.trace.child("EVALSHA", spanClient)
 	sp.setString("db.system.name", "redis")
 	sp.setString("db.operation.name", "EVALSHA")
-	return redisSpan{sp, b.calls}
+	return redisSpan{sp}
 }
 
-// end ends the span when the decision asked Redis, with its answer.
+// end ends the span when the decision asked Redis for this request (not
+// one decided from its lease in memory, whatever the lease's background
+// calls do), with its answer.
 func (s redisSpan) end(lim rateLimiter, d decision) {
-	if s.sp == nil {
+	if s.sp == nil || !d.ViaRedis {
 		return
 	}
 	b := lim.backend()
-	if b.calls == s.calls {
-		return
-	}
 	s.sp.setBool("petstore.ratelimit.allowed", d.Allowed)
 	if !b.up {
 		s.sp.fail()
