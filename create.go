@@ -76,7 +76,7 @@ func handleCreate[In creatable[Row], Row any](store catalogStore, idem *idempote
 		case keyed && errors.Is(err, errIdemExists): // nothing was written
 			call.answerExisting(w, r, iw.Found)
 		case err != nil && !isRefusal(err):
-			writeError(w, r, err) // 503: nothing was stored; a retry is safe
+			writeError(w, r, err) // 503: not acknowledged; a retry with the same Idempotency-Key is safe (a cut COMMIT may have landed)
 		case iw != nil && iw.Status != 0:
 			writeRaw(w, iw.Status, iw.Body) // as kept: what a replay will send
 		case err != nil:
