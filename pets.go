@@ -50,13 +50,21 @@ func handlePetCreate(store catalogStore, idem *idempotency) http.Handler {
 	})
 }
 
-func handlePetList(store catalogStore) http.Handler {
+// handlePetList answers a page of the pets that match the filters:
+// categoryId, and status, a comma-separated list of statuses (Swagger's
+// findByStatus); the first maxPageSize when no limit is sent.
+func handlePetList(store catalogStore, publicURL string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var f petFilter
 		q, err := parseQuery(r)
 		if err == nil {
 			err = onceEach(q, "categoryId", "status")
 		}
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		afterID, limit, err := parsePage(q, maxPageSize)
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -70,13 +78,18 @@ func handlePetList(store catalogStore) http.Handler {
 			f.CategoryID = id
 		}
 		if q.Has("status") {
-			f.Status = q.Get("status")
-			if !slices.Contains(petStatuses, f.Status) {
-				writeError(w, r, errorf("validation_failed", "status must be one of %s", strings.Join(petStatuses, ", ")))
-				return
+			for status := range strings.SplitSeq(q.Get("status"), ",") {
+				if !slices.Contains(petStatuses, status) {
+					writeError(w, r, errorf("validation_failed", "status must be a comma-separated list of %s, got %q", strings.Join(petStatuses, ", "), clipField(status)))
+					return
+				}
+				f.Statuses = append(f.Statuses, status)
 			}
 		}
-		writeJSONArray(w, r, func(fn func(Pet) error) error { return store.EachPet(r.Context(), f, fn) })
+		writePage(w, r, publicURL+"/pets", q, afterID, limit, func(p Pet) int64 { return p.ID },
+			func(afterID int64, limit int, fn func(Pet) error) error {
+				return store.EachPetAfter(r.Context(), f, afterID, limit, fn)
+			})
 	})
 }
 

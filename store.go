@@ -110,16 +110,18 @@ type catalogStore interface {
 
 	// CreatePet inserts p; a category that does not exist is errNoReference.
 	CreatePet(ctx context.Context, p Pet, idem *idemWrite[Pet]) (Pet, error)
-	// EachPet calls fn for every pet that matches f, in ascending id order.
-	EachPet(ctx context.Context, f petFilter, fn func(Pet) error) error
+	// EachPetAfter calls fn for at most limit pets that match f, with ids
+	// above afterID, in ascending id order.
+	EachPetAfter(ctx context.Context, f petFilter, afterID int64, limit int, fn func(Pet) error) error
 	// Pet returns the pet with the given id, or errNotFound.
 	Pet(ctx context.Context, id int64) (Pet, error)
 
 	// CreateOrder places o, stamped with the store's clock; a pet that
 	// does not exist is errNoReference.
 	CreateOrder(ctx context.Context, o Order, idem *idemWrite[Order]) (Order, error)
-	// EachOrder calls fn for every order in ascending id order.
-	EachOrder(ctx context.Context, fn func(Order) error) error
+	// EachOrderAfter calls fn for at most limit orders with ids above
+	// afterID, in ascending id order.
+	EachOrderAfter(ctx context.Context, afterID int64, limit int, fn func(Order) error) error
 	// PetInventory returns how many pets have each status; a status that
 	// no pet has is absent.
 	PetInventory(ctx context.Context) (map[string]int64, error)

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -27,7 +28,16 @@ type Pet struct {
 // petFilter narrows a pet list; zero fields do not filter.
 type petFilter struct {
 	CategoryID int64
-	Status     string
+	Statuses   []string // any of them; none: any status
+}
+
+// statusSet is f's statuses as both stores' list query takes them: each
+// between commas (",available,sold,"), or "" for any status.
+func (f petFilter) statusSet() string {
+	if len(f.Statuses) == 0 {
+		return ""
+	}
+	return "," + strings.Join(f.Statuses, ",") + ","
 }
 
 // Order is a row of the orders table.
