@@ -161,4 +161,3 @@ func TestPostgresReplicaNotADependency(t *testing.T) {
 		t.Errorf("the primary as a replica: %v reads from it, want %v", after, before+2)
 	}
 }
-
