@@ -56,8 +56,8 @@ var copyTables = []copyTable{
 		{"seq", colInt}}, "id", false},
 	{"usage", []copyColumn{{"key_id", colInt}, {"day", colDay}, {"count", colInt}}, "key_id, day", false},
 	{"categories", []copyColumn{{"id", colInt}, {"name", colText}, {"fold", colText}, {"description", colText}, {"name_cmp", colText}}, "id", false},
-	{"pets", []copyColumn{{"id", colInt}, {"name", colText}, {"category_id", colInt}, {"status", colText}}, "id", false},
-	{"orders", []copyColumn{{"id", colInt}, {"pet_id", colInt}, {"quantity", colInt}, {"status", colText}, {"created_at", colTime}}, "id", false},
+	{"pets", []copyColumn{{"id", colInt}, {"name", colText}, {"category_id", colInt}, {"status", colText}, {"version", colInt}}, "id", false},
+	{"orders", []copyColumn{{"id", colInt}, {"pet_id", colInt}, {"quantity", colInt}, {"status", colText}, {"created_at", colTime}, {"version", colInt}}, "id", false},
 	// The answers kept for retries: a client that retries after the move
 	// must not create twice. (PostgreSQL's running marks are not copied.)
 	{"idempotency", []copyColumn{{"key_id", colInt}, {"idem_key", colText}, {"fingerprint", colBytes}, {"status", colInt},

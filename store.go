@@ -68,27 +68,38 @@ type Store interface {
 }
 
 // catalogStore is the catalog: categories, pets and orders, which the
-// handlers create and list.
+// handlers create, list, change and delete.
 //
-// Every implementation keeps two rules about the catalog, and the code that
-// relies on them and on what follows from them points here; an operation
-// that would break them (a DELETE route) must first rework each of those
-// places:
+// Every implementation keeps these rules about the catalog, and the code
+// that relies on them points here; an operation that would break them
+// must first rework each of those places:
 //
-//   - Rows are never deleted or renamed. Once committed, a row keeps its id
-//     and what a reader sees of it for good: no operation deletes or
-//     changes one, and no migration may (filling in a key no reader sees,
-//     as name_cmp, is no change); so SQLite's ids need no AUTOINCREMENT.
-//   - Ids ascend. A row never becomes visible with an id lower than a
-//     visible row's (SQLite has one writer; PostgreSQL's creates take
-//     turns under pgLockCatalog until they commit), and no id a reader has
-//     seen is handed out again.
-//   - What follows: a list may assume that the rows up to the highest id it
-//     read are all there is up to that id, for good: rows read by ascending
-//     id in chunks, each on its own, add up to the list with every row once
-//     (inChunks); a full page after an id never changes and the list only
-//     grows (the category list cache, categories.go); and the highest
-//     visible id names the whole set (PostgreSQL's CategoriesGen).
+//   - Categories are never deleted or renamed: once committed, a category
+//     keeps its id and what a reader sees of it for good (no migration may
+//     change one; filling in a key no reader sees, as name_cmp, is no
+//     change). Pets may be replaced and deleted, orders deleted; each
+//     change grows the row's version (its ETag).
+//   - Ids ascend and are never reused. A row never becomes visible with an
+//     id lower than a visible row's (SQLite has one writer; PostgreSQL's
+//     creates take turns under pgLockCatalog until they commit), and no id
+//     that was ever handed out is handed out again, deleted or not
+//     (PostgreSQL's identity sequences; SQLite's AUTOINCREMENT on pets and
+//     orders, schema 11; categories, never deleted, need none).
+//   - A delete never makes a concurrent create fail: on PostgreSQL every
+//     change and delete runs in the group commit's batches, under
+//     pgLockCatalog as the creates do, so a create's check that the row it
+//     names exists (WHERE EXISTS) cannot be overtaken by a delete of that
+//     row before its insert, which the foreign key would refuse and abort
+//     the whole batch with.
+//   - What follows: rows read by ascending id, in chunks or pages each read
+//     on its own, give every row that exists throughout once, and no row
+//     twice (inChunks, the pet and order pages); a row deleted meanwhile
+//     may be missing, a changed one appears as one of its versions. For
+//     categories alone, a list may assume that the rows up to the highest
+//     id it read are all there is up to that id, for good: a full page
+//     never changes and the list only grows (the category list cache,
+//     categories.go), and the highest visible id names the whole set
+//     (PostgreSQL's CategoriesGen). Pet and order pages are never cached.
 type catalogStore interface {
 	// CreateCategory inserts c; fold is its name's uniqueness key, and the
 	// store adds compareName's (names.go). A name that folds or compares
@@ -324,8 +335,9 @@ const listChunk = 1000
 // read returns listChunk at a time: read returns the rows after an id, and
 // idOf gives a row's id. Each chunk is read whole before fn sees any of it.
 // By catalogStore's rules (above), the chunks, each read on its own, add up to
-// the list with every row once, and perhaps rows created meanwhile at its
-// end.
+// the list with every row that exists throughout once, and perhaps rows
+// created meanwhile at its end (only the category list, whose rows are
+// never deleted, reads in chunks today).
 func inChunks[T any](read func(after int64) ([]T, error), idOf func(T) int64, fn func(T) error) error {
 	after := int64(0)
 	for {
