@@ -247,19 +247,21 @@ func TestRouteFacts(t *testing.T) {
 	if err := json.Unmarshal(servedDocument(t, false), &doc); err != nil {
 		t.Fatal(err)
 	}
+	keys := map[keyNeed]string{noKey: "noKey", anyKey: "anyKey", writeKey: "writeKey"}
+	rws := map[rwUse]string{rwNone: "rwNone", rwRead: "rwRead", rwWrite: "rwWrite"}
 	writes, lists := 0, 0
 	for _, rt := range apiRoutes(nil, nil, serveConfig{}) {
 		method, path, _ := strings.Cut(rt.pattern, " ")
 		if method != "GET" {
 			writes++
 			if rt.key != writeKey {
-				t.Errorf("%s writes, yet its key is %d, not writeKey: a read-only key could write", rt.pattern, rt.key)
+				t.Errorf("%s writes, yet its key is %s, not writeKey: a read-only key could write", rt.pattern, keys[rt.key])
 			}
 			if rt.rw != rwWrite {
-				t.Errorf("%s writes, yet it is not rwWrite: its answer would carry no Petstore-Read-After", rt.pattern)
+				t.Errorf("%s writes, yet it is %s, not rwWrite: its answer would carry no Petstore-Read-After", rt.pattern, rws[rt.rw])
 			}
 		} else if rt.key == writeKey || rt.rw == rwWrite {
-			t.Errorf("%s reads, yet it is marked as a write (key %d, rw %d)", rt.pattern, rt.key, rt.rw)
+			t.Errorf("%s reads, yet it is marked as a write (%s, %s)", rt.pattern, keys[rt.key], rws[rt.rw])
 		}
 		if rt.area == nil || !rt.area.holds(path) {
 			t.Errorf("%s is not in its area %+v", rt.pattern, rt.area)
