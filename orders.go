@@ -66,6 +66,10 @@ func handleOrderList(store catalogStore, publicURL string) http.Handler {
 	})
 }
 
+func handleOrderGet(store catalogStore) http.Handler {
+	return readRow(store, "order", "orderId", catalogStore.Order)
+}
+
 // handleInventory answers with how many pets have each status, every
 // status named (0 when no pet has it).
 func handleInventory(store catalogStore) http.Handler {

@@ -93,22 +93,47 @@ func handlePetList(store catalogStore, publicURL string) http.Handler {
 	})
 }
 
-func handlePetGet(store catalogStore) http.Handler {
+// handlePetReplace answers PUT /v1/pets/{petId}: the pet replaced by the
+// body, which is a create's (the same required fields and defaults), 200
+// with it and its new ETag.
+func handlePetReplace(store catalogStore) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, verr := positiveID("petId", r.PathValue("petId"))
 		if verr != nil {
 			writeError(w, r, verr)
 			return
 		}
-		p, err := store.Pet(r.Context(), id)
-		if errors.Is(err, errNotFound) {
-			writeError(w, r, errorf("not_found", "no pet with id %d", id))
-			return
-		}
-		if err != nil {
+		var in newPet
+		if err := decodeJSON(w, r, &in); err != nil {
 			writeError(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, p)
+		p, verr := in.validate()
+		if verr != nil {
+			writeError(w, r, verr)
+			return
+		}
+		p.ID = id
+		changed, err := store.ReplacePet(r.Context(), p, ifMatch(r))
+		if errors.Is(err, errNoReference) {
+			err = errorf("validation_failed", "categoryId %d does not name an existing category", p.CategoryID)
+		}
+		if err != nil {
+			writeError(w, r, changeError(err, "pet", id))
+			return
+		}
+		writeRow(w, http.StatusOK, changed)
 	})
+}
+
+// refusePetDelete answers the refusal of a pet's delete: an order names it.
+func refusePetDelete(err error) error {
+	if errors.Is(err, errConflict) {
+		return errorf("conflict", "an order names this pet; delete its orders first")
+	}
+	return err
+}
+
+func handlePetGet(store catalogStore) http.Handler {
+	return readRow(store, "pet", "petId", catalogStore.Pet)
 }

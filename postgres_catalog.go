@@ -375,8 +375,9 @@ func (s *pgStore) EachPetAfter(ctx context.Context, f petFilter, afterID int64, 
 }
 
 func (s *pgStore) Pet(ctx context.Context, id int64) (Pet, error) {
-	pets, err := pgRead(ctx, s, fmt.Sprintf("read pet %d", id), pgScanPet,
-		"SELECT id, name, category_id, status FROM pets WHERE id = $1", id)
+	pets, err := pgRead(ctx, s, fmt.Sprintf("read pet %d", id), func(row pgx.CollectableRow) (p Pet, err error) {
+		return p, row.Scan(&p.ID, &p.Name, &p.CategoryID, &p.Status, &p.Version)
+	}, "SELECT id, name, category_id, status, version FROM pets WHERE id = $1", id)
 	if err != nil {
 		return Pet{}, err
 	}

@@ -185,8 +185,8 @@ func (s *sqliteStore) EachPetAfter(ctx context.Context, f petFilter, afterID int
 
 func (s *sqliteStore) Pet(ctx context.Context, id int64) (Pet, error) {
 	var p Pet
-	err := s.r.QueryRowContext(ctx, "SELECT id, name, category_id, status FROM pets WHERE id = ?", id).
-		Scan(&p.ID, &p.Name, &p.CategoryID, &p.Status)
+	err := s.r.QueryRowContext(ctx, "SELECT id, name, category_id, status, version FROM pets WHERE id = ?", id).
+		Scan(&p.ID, &p.Name, &p.CategoryID, &p.Status, &p.Version)
 	if errors.Is(err, sql.ErrNoRows) {
 		return p, errNotFound
 	}

@@ -124,8 +124,28 @@ type catalogStore interface {
 	// EachPetAfter calls fn for at most limit pets that match f, with ids
 	// above afterID, in ascending id order.
 	EachPetAfter(ctx context.Context, f petFilter, afterID int64, limit int, fn func(Pet) error) error
-	// Pet returns the pet with the given id, or errNotFound.
+	// Pet returns the pet with the given id, its version included, or
+	// errNotFound.
 	Pet(ctx context.Context, id int64) (Pet, error)
+
+	// The changes: each is one write of the group commit, and on
+	// PostgreSQL runs under pgLockCatalog (the rules above). match is the
+	// versions If-Match names (ifMatch, changes.go: "" for any, else
+	// ",3,4,"), checked in the write's own statement on the primary. A row
+	// that does not exist is errNotFound; one at another version
+	// errPrecondition; nothing is changed then.
+
+	// ReplacePet replaces pet p.ID's name, category and status with p's and
+	// grows its version; it returns the pet as changed. A category that
+	// does not exist is errNoReference.
+	ReplacePet(ctx context.Context, p Pet, match string) (Pet, error)
+	// DeletePet deletes pet id; while an order names it, errConflict.
+	DeletePet(ctx context.Context, id int64, match string) error
+	// Order returns the order with the given id, its version included, or
+	// errNotFound.
+	Order(ctx context.Context, id int64) (Order, error)
+	// DeleteOrder deletes order id.
+	DeleteOrder(ctx context.Context, id int64, match string) error
 
 	// CreateOrder places o, stamped with the store's clock; a pet that
 	// does not exist is errNoReference.

@@ -23,6 +23,7 @@ type Pet struct {
 	Name       string `json:"name"`
 	CategoryID int64  `json:"categoryId"`
 	Status     string `json:"status"`
+	Version    int64  `json:"-"` // 1 when made, grown by each change: its ETag
 }
 
 // petFilter narrows a pet list; zero fields do not filter.
@@ -47,6 +48,7 @@ type Order struct {
 	Quantity  int64  `json:"quantity"`
 	Status    string `json:"status"`
 	CreatedAt string `json:"createdAt"` // RFC 3339, UTC
+	Version   int64  `json:"-"`         // 1 when made: its ETag
 }
 
 // apiKey is a row of api_keys. RPM and RPD are as stored (0 but for
