@@ -81,31 +81,34 @@ func areaOf(path string) *apiArea {
 
 // areaHeaders marks the responses of the API's areas, errors included:
 // X-API-Stability on an area that is not stable, and the deprecation
-// headers on a deprecated route's. It asks the router which route the
-// request takes (a PATCH beside a deprecated GET is not deprecated); a
-// request that no route takes (a 404, a 405) is marked by the area its
-// path is in, and is told of no deprecation. It runs before the limiter,
+// headers on a deprecated route's. The area is the one the path is in,
+// which is the area of every route there (TestRouteFacts); in an area
+// with a deprecated route it asks the router which route the request
+// takes (a PATCH beside a deprecated GET is not deprecated, nor is a
+// request that no route takes: a 404, a 405). It runs before the limiter,
 // so a 429 carries them too.
 func areaHeaders(d deprecation, rt *router) func(http.Handler) http.Handler {
-	// The value of X-API-Stability by area, made once; none for a stable one.
-	stability := map[*apiArea][]string{}
+	// The value of X-API-Stability by area, made once (none for a stable
+	// one), and the areas that have a deprecated route.
+	stability, deprecates := map[*apiArea][]string{}, map[*apiArea]bool{}
 	for _, a := range apiAreas {
 		if a.stability != "stable" {
 			stability[a] = []string{a.stability}
 		}
 	}
+	for _, f := range rt.facts {
+		deprecates[f.area] = deprecates[f.area] || f.deprecated
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if a := areaOf(r.URL.Path); a != nil {
-				m := rt.match(r)
-				if m != nil {
-					a = m.area
-				}
 				if v := stability[a]; v != nil {
 					w.Header()["X-Api-Stability"] = v
 				}
-				if m != nil && m.deprecated {
-					d.headers(w.Header())
+				if deprecates[a] {
+					if m := rt.match(r); m != nil && m.deprecated {
+						d.headers(w.Header())
+					}
 				}
 			}
 			next.ServeHTTP(w, r)

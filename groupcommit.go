@@ -1,7 +1,8 @@
-// groupcommit.go owns the group commit: the creates waiting at once share
-// one transaction and one durable commit, and each is answered only after
-// that commit. The loop is the same for both stores; each store brings the
-// commit of a batch (sqliteCommit, pgStore.commitBatch).
+// groupcommit.go owns the group commit: the writes waiting at once share
+// one transaction and one durable commit, and each is answered with its
+// own outcome only after that commit. The loop is the same for both
+// stores; each store brings the commit of a batch (sqliteCommit,
+// pgStore.commitBatch).
 
 package main
 

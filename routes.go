@@ -1,6 +1,6 @@
-// routes.go owns the API's shape: the route table, and the middleware
-// chain written in the order a request meets it; and what the admin
-// listener serves.
+// routes.go owns the API's shape: the route table, each route one row of
+// facts from which its wrappers derive, and the middleware chain written
+// in the order a request meets it; and what the admin listener serves.
 
 package main
 
