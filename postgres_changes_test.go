@@ -87,7 +87,9 @@ func TestPostgresPagingCompleteUnderCreatesAndDeletes(t *testing.T) {
 				both.Go(func() {
 					order, _, oerr = pmSend(s, 10*time.Second, "POST", "/v1/store/orders", key, fmt.Sprintf(`{"petId":%d,"quantity":1}`, p.ID))
 				})
-				both.Go(func() { del, _, derr = pmSend(other, 10*time.Second, "DELETE", fmt.Sprintf("/v1/pets/%d", p.ID), key, "") })
+				both.Go(func() {
+					del, _, derr = pmSend(other, 10*time.Second, "DELETE", fmt.Sprintf("/v1/pets/%d", p.ID), key, "")
+				})
 				both.Wait()
 				ok := oerr == nil && derr == nil && (order.status == 201 && del.status == 409 || order.status == 400 && del.status == 204)
 				if !ok {
