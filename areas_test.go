@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -172,6 +174,42 @@ func TestOperationStabilityMatchesArea(t *testing.T) {
 		}
 		if got := r.header.Get("Deprecation") != ""; got != op.Deprecated {
 			t.Errorf("%s: deprecated %v in the document, yet the answer (%d) has a Deprecation header: %v", name, op.Deprecated, r.status, got)
+		}
+	}
+}
+
+// TestAreaHeadersFollowTheRoute: areaHeaders asks the router which route a
+// request takes, so a route beside the deprecated GET /v1/pets/{petId}
+// (here a PATCH on the same pattern) carries the area's stability and not
+// the GET's deprecation, which a guess from the path would give it.
+func TestAreaHeadersFollowTheRoute(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+	rt := newRouter([]route{
+		{pattern: "GET /v1/pets/{petId}", handler: ok, area: areaPets, deprecated: true},
+		{pattern: "PATCH /v1/pets/{petId}", handler: ok, area: areaPets},
+		{pattern: "GET /v1/store/orders", handler: ok, area: areaStore},
+	})
+	d := deprecation{deprecatedAt: time.Unix(1, 0), sunsetAt: time.Unix(2, 0), successor: "http://x/v1/pets"}
+	h := chain(rt, areaHeaders(d, rt))
+	for _, tt := range []struct {
+		method, path, stability string
+		deprecated              bool
+	}{
+		{"GET", "/v1/pets/1", "beta", true},
+		{"HEAD", "/v1/pets/1", "beta", true},
+		{"PATCH", "/v1/pets/1", "beta", false},
+		{"DELETE", "/v1/pets/1", "beta", false}, // 405: no route
+		{"GET", "/v1/pets/1/x", "beta", false},  // 404
+		{"GET", "/v1/store/orders", "experimental", false},
+		{"GET", "/v1/categories", "", false},
+	} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(tt.method, tt.path, nil))
+		if got := w.Header().Get("X-API-Stability"); got != tt.stability {
+			t.Errorf("%s %s: X-API-Stability %q, want %q", tt.method, tt.path, got, tt.stability)
+		}
+		if got := w.Header().Get("Deprecation") != ""; got != tt.deprecated {
+			t.Errorf("%s %s: Deprecation %v, want %v", tt.method, tt.path, got, tt.deprecated)
 		}
 	}
 }
