@@ -15,8 +15,8 @@ import (
 func catalogOf(t *testing.T, ts *testServer, key string) (cats []Category, pets []Pet, orders []Order) {
 	t.Helper()
 	return decode[[]Category](t, ts.do(t, "GET", "/v1/categories", key, "")),
-		decode[[]Pet](t, ts.do(t, "GET", "/v1/pets", key, "")),
-		decode[[]Order](t, ts.do(t, "GET", "/v1/store/orders", key, ""))
+		allPages[Pet](t, ts, key, "/pets"),
+		allPages[Order](t, ts, key, "/store/orders")
 }
 
 // TestCopyBothWays fills a SQLite database through the API (a catalog, day

@@ -120,3 +120,23 @@ func TestPetAndOrderPages(t *testing.T) {
 		wantError(t, ts.do(t, "GET", "/v1"+bad, ts.key, ""), 400, "validation_failed")
 	}
 }
+
+// allPages returns every row of a paged list (path, without a query),
+// following its Links: the lists of pets and orders hold at most 1,000
+// rows a page.
+func allPages[T any](t *testing.T, ts *testServer, key, path string) []T {
+	t.Helper()
+	var all []T
+	for next, pages := path, 0; next != ""; pages++ {
+		if pages > 10000 {
+			t.Fatalf("%s: more than 10,000 pages", path)
+		}
+		r := ts.do(t, "GET", "/v1"+strings.TrimPrefix(next, "/v1"), key, "")
+		if r.status != 200 {
+			t.Fatalf("GET %s: %d %s", next, r.status, r.body)
+		}
+		all = append(all, decode[[]T](t, r)...)
+		next = nextLink(t, r)
+	}
+	return all
+}
