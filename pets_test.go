@@ -136,9 +136,12 @@ func TestSlowClientsDoNotHoldReadConnections(t *testing.T) {
 	// About 8 MB of JSON: more than the server's socket send buffer takes
 	// (4 MiB at most here), the clients' receive buffers being kept small.
 	// The category list: the one list still streamed (the pet and order
-	// lists are pages of at most 1,000 rows since issue 46).
+	// lists are pages of at most 1,000 rows since issue 46), its names'
+	// keys filled in (an ASCII name's is its fold), as the server would
+	// at start.
 	if _, err := s.w.Exec(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 90000)
-		INSERT INTO categories (name, fold) SELECT printf('category number %06d of the long list', i), printf('category number %06d of the long list', i) FROM n`); err != nil {
+		INSERT INTO categories (name, fold, name_cmp) SELECT printf('category number %06d of the long list', i),
+			printf('category number %06d of the long list', i), printf('category number %06d of the long list', i) FROM n`); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
