@@ -32,8 +32,9 @@ func TestPetAndOrderChanges(t *testing.T) {
 	}
 	// No If-Match: the last write wins; status takes the create's default.
 	r = put(`{"name":" Max ","categoryId":2}`, "Idempotency-Key", `"unterminated`)
-	if r.status != 200 || string(r.body) != `{"id":1,"name":"Max","categoryId":2,"status":"available"}`+"\n" || r.header.Get("ETag") != `"2"` {
-		t.Errorf("PUT: %d %s, ETag %q", r.status, r.body, r.header.Get("ETag"))
+	if r.status != 200 || string(r.body) != `{"id":1,"name":"Max","categoryId":2,"status":"available"}`+"\n" || r.header.Get("ETag") != `"2"` ||
+		r.header.Get("X-API-Stability") != "beta" || r.header.Get("Deprecation") != "" {
+		t.Errorf("PUT: %d %s, ETag %q, X-API-Stability %q, Deprecation %q", r.status, r.body, r.header.Get("ETag"), r.header.Get("X-API-Stability"), r.header.Get("Deprecation"))
 	}
 	wantError(t, put(`{"name":"Old","categoryId":1}`, "If-Match", `"1"`), 412, "precondition_failed")
 	wantError(t, put(`{"name":"Weak","categoryId":1}`, "If-Match", `W/"2"`), 412, "precondition_failed")
@@ -70,8 +71,8 @@ func TestPetAndOrderChanges(t *testing.T) {
 	}
 	wantError(t, ts.do(t, "DELETE", "/v1/pets/1", ts.key, ""), 409, "conflict")
 	wantError(t, ts.do(t, "DELETE", "/v1/store/orders/1", ts.key, "", "If-Match", `"2"`), 412, "precondition_failed")
-	if r := ts.do(t, "DELETE", "/v1/store/orders/1", ts.key, "", "If-Match", `"1"`); r.status != 204 || len(r.body) != 0 {
-		t.Errorf("DELETE order: %d %s", r.status, r.body)
+	if r := ts.do(t, "DELETE", "/v1/store/orders/1", ts.key, "", "If-Match", `"1"`); r.status != 204 || len(r.body) != 0 || r.header.Get("X-API-Stability") != "experimental" {
+		t.Errorf("DELETE order: %d %s, X-API-Stability %q", r.status, r.body, r.header.Get("X-API-Stability"))
 	}
 	wantError(t, ts.do(t, "DELETE", "/v1/store/orders/1", ts.key, ""), 404, "not_found")
 	wantError(t, ts.do(t, "GET", "/v1/store/orders/1", ts.key, ""), 404, "not_found")
