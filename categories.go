@@ -73,9 +73,6 @@ func handleCategoryCreate(store catalogStore, idem *idempotency) http.Handler {
 		})
 }
 
-// maxPageSize bounds ?limit= of a category list page.
-const maxPageSize = 1000
-
 // maxCachedList is the largest list, serialized, that is kept in memory;
 // a larger one is streamed from the database every time.
 const maxCachedList = 1 << 20
@@ -161,10 +158,6 @@ func (l *categoryLists) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if q.Has("limit") || q.Has("after_id") {
-			if err := onceEach(q, "limit", "after_id"); err != nil {
-				writeError(w, r, err)
-				return
-			}
 			l.servePage(w, r, q)
 			return
 		}
@@ -322,22 +315,10 @@ func etagMatches(lines []string, etag string) bool {
 // servePage answers ?limit=N&after_id=ID with up to N categories after ID,
 // and a Link to the next page when the page is full.
 func (l *categoryLists) servePage(w http.ResponseWriter, r *http.Request, q url.Values) {
-	limit, afterID := int64(100), int64(0)
-	if q.Has("limit") {
-		n, ok := decimalInt(q.Get("limit"))
-		if !ok || n < 1 || n > maxPageSize {
-			writeError(w, r, errorf("validation_failed", "limit must be an integer from 1 to %d", maxPageSize))
-			return
-		}
-		limit = n
-	}
-	if q.Has("after_id") {
-		n, ok := decimalInt(q.Get("after_id"))
-		if !ok {
-			writeError(w, r, errorf("validation_failed", "after_id must be a non-negative integer"))
-			return
-		}
-		afterID = n
+	afterID, limit, err := parsePage(q, 100)
+	if err != nil {
+		writeError(w, r, err)
+		return
 	}
 	key := pageKey{afterID: afterID, limit: limit}
 	snap, ok := l.pages.Get(key)

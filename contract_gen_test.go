@@ -218,19 +218,19 @@ func newGenDoc(t *testing.T, doc []byte) *genDoc {
 	g.rng = rand.New(rand.NewPCG(genSeed, 0)) // for the pools
 	paths := obj(g.raw["paths"])
 	for _, p := range slices.Sorted(maps.Keys(paths)) {
-		for _, m := range []string{"post", "get", "head"} {
+		for _, m := range []string{"post", "get", "head", "put", "delete"} {
 			if o := obj(paths[p])[m]; o != nil {
 				g.ops = append(g.ops, g.operation(strings.ToUpper(m), p, "/paths/"+pointerToken(p)+"/"+m, obj(o)))
 			}
 		}
 		for m := range obj(paths[p]) {
-			if !slices.Contains([]string{"post", "get", "head", "parameters", "summary", "description"}, m) {
+			if !slices.Contains([]string{"post", "get", "head", "put", "delete", "parameters", "summary", "description"}, m) {
 				t.Fatalf("%s %s: the generator knows no such method", m, p)
 			}
 		}
 	}
 	// POSTs first, in the order of their references: a record before
-	// those that name it.
+	// those that name it; DELETEs last.
 	sort.SliceStable(g.ops, func(i, j int) bool { return g.ops[i].rank() < g.ops[j].rank() })
 	return g
 }
@@ -253,6 +253,9 @@ func (op *genOp) refusable() bool {
 }
 
 func (op *genOp) rank() int {
+	if op.method == "DELETE" { // last: the records the others name go
+		return 200
+	}
 	if op.method != "POST" || op.body == nil {
 		return 100
 	}

@@ -56,8 +56,8 @@ var copyTables = []copyTable{
 		{"seq", colInt}}, "id", false},
 	{"usage", []copyColumn{{"key_id", colInt}, {"day", colDay}, {"count", colInt}}, "key_id, day", false},
 	{"categories", []copyColumn{{"id", colInt}, {"name", colText}, {"fold", colText}, {"description", colText}, {"name_cmp", colText}}, "id", false},
-	{"pets", []copyColumn{{"id", colInt}, {"name", colText}, {"category_id", colInt}, {"status", colText}}, "id", false},
-	{"orders", []copyColumn{{"id", colInt}, {"pet_id", colInt}, {"quantity", colInt}, {"status", colText}, {"created_at", colTime}}, "id", false},
+	{"pets", []copyColumn{{"id", colInt}, {"name", colText}, {"category_id", colInt}, {"status", colText}, {"version", colInt}}, "id", false},
+	{"orders", []copyColumn{{"id", colInt}, {"pet_id", colInt}, {"quantity", colInt}, {"status", colText}, {"created_at", colTime}, {"version", colInt}}, "id", false},
 	// The answers kept for retries: a client that retries after the move
 	// must not create twice. (PostgreSQL's running marks are not copied.)
 	{"idempotency", []copyColumn{{"key_id", colInt}, {"idem_key", colText}, {"fingerprint", colBytes}, {"status", colInt},
@@ -71,6 +71,9 @@ var copyTables = []copyTable{
 	// for the deployment id.
 	{"acme_cache", []copyColumn{{"directory", colText}, {"key", colText}, {"data", colBytes}, {"updated_at", colTime}}, "directory, key", true},
 }
+
+// hasID reports whether t's rows have an id that a sequence hands out.
+func (t copyTable) hasID() bool { return t.cols[0].name == "id" && t.cols[0].kind == colInt }
 
 func (t copyTable) names() []string {
 	names := make([]string, len(t.cols))
@@ -87,12 +90,16 @@ type copier interface {
 	rowCount(ctx context.Context, t copyTable) (int64, error)
 	// copyOut returns t's rows in order, as colKind says.
 	copyOut(ctx context.Context, t copyTable) iter.Seq2[[]any, error]
+	// idsHandedOut returns the highest id that table t ever handed out,
+	// a deleted row's too (0: none; t has no id column: 0).
+	idsHandedOut(ctx context.Context, t copyTable) (int64, error)
 	// copyIn writes every table's rows, which rows gives, in one
 	// transaction (a replace table's own rows deleted first), and sets
-	// each id sequence past the ids written. Before
+	// each id sequence past the ids written and past floors[i], the
+	// source's idsHandedOut of tables[i]: no id comes back. Before
 	// it commits, it calls check with the number of rows written to each
 	// table; an error of check undoes them all.
-	copyIn(ctx context.Context, tables []copyTable, rows func(copyTable) iter.Seq2[[]any, error], check func(written []int64) error) error
+	copyIn(ctx context.Context, tables []copyTable, floors []int64, rows func(copyTable) iter.Seq2[[]any, error], check func(written []int64) error) error
 }
 
 func runCopy(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
@@ -190,7 +197,13 @@ func copyDatabase(ctx context.Context, src, dst copier, from, to string, stdout 
 		}
 		return nil
 	}
-	if err := dst.copyIn(ctx, copyTables, func(t copyTable) iter.Seq2[[]any, error] { return src.copyOut(ctx, t) }, check); err != nil {
+	floors := make([]int64, len(copyTables))
+	for i, t := range copyTables {
+		if floors[i], err = src.idsHandedOut(ctx, t); err != nil {
+			return fmt.Errorf("%s: %w", from, err)
+		}
+	}
+	if err := dst.copyIn(ctx, copyTables, floors, func(t copyTable) iter.Seq2[[]any, error] { return src.copyOut(ctx, t) }, check); err != nil {
 		return fmt.Errorf("copy to %s: %w", to, err)
 	}
 	// And the target holds them, read back after the commit.

@@ -15,8 +15,8 @@ import (
 func catalogOf(t *testing.T, ts *testServer, key string) (cats []Category, pets []Pet, orders []Order) {
 	t.Helper()
 	return decode[[]Category](t, ts.do(t, "GET", "/v1/categories", key, "")),
-		decode[[]Pet](t, ts.do(t, "GET", "/v1/pets", key, "")),
-		decode[[]Order](t, ts.do(t, "GET", "/v1/store/orders", key, ""))
+		allPages[Pet](t, ts, key, "/pets"),
+		allPages[Order](t, ts, key, "/store/orders")
 }
 
 // TestCopyBothWays fills a SQLite database through the API (a catalog, day
@@ -47,6 +47,11 @@ func TestCopyBothWays(t *testing.T) {
 		p := decode[Pet](t, ts.do(t, "POST", "/v1/pets", key, fmt.Sprintf(`{"name":"p%d","categoryId":%d,"status":"available"}`, i, c.ID)))
 		ts.do(t, "POST", "/v1/store/orders", key, fmt.Sprintf(`{"petId":%d,"quantity":%d}`, p.ID, i+1))
 	}
+	// A pet that held the highest id, deleted: no copy gives its id again.
+	gone := decode[Pet](t, ts.do(t, "POST", "/v1/pets", key, `{"name":"gone","categoryId":1}`))
+	if r := ts.do(t, "DELETE", fmt.Sprintf("/v1/pets/%d", gone.ID), key, ""); r.status != 204 {
+		t.Fatalf("delete pet %d: %d %s", gone.ID, r.status, r.body)
+	}
 	ts.do(t, "GET", "/v1/categories", limited, "")
 	wantError(t, ts.do(t, "GET", "/v1/categories", limited, ""), 429, "rate_limited")
 	wantError(t, ts.do(t, "GET", "/v1/categories", limited, ""), 429, "key_banned")
@@ -59,7 +64,7 @@ func TestCopyBothWays(t *testing.T) {
 
 	pg := postgresSchema(t, base)
 	last := filepath.Join(t.TempDir(), "last.db")
-	for _, hop := range []struct{ from, to string }{{first, pg}, {pg, last}} {
+	for h, hop := range []struct{ from, to string }{{first, pg}, {pg, last}} {
 		want, err := openTestStore(t, hop.from).DayCounts(context.Background(), today)
 		if err != nil {
 			t.Fatal(err)
@@ -101,6 +106,15 @@ func TestCopyBothWays(t *testing.T) {
 			t.Errorf("a category created in %s got id %d, want %d", hop.to, c.ID, cats[len(cats)-1].ID+1)
 		}
 		wantError(t, copied.do(t, "POST", "/v1/categories", key, `{"name":"ĉAT 0"}`), 409, "conflict")
+		// Past the deleted pet's id, and past the one each hop made and
+		// deleted before it.
+		p := decode[Pet](t, copied.do(t, "POST", "/v1/pets", key, `{"name":"after the copy","categoryId":1}`))
+		if want := gone.ID + 1 + int64(h); p.ID != want {
+			t.Errorf("a pet created in %s got id %d, want %d: an id handed out before the copy came back", hop.to, p.ID, want)
+		}
+		if r := copied.do(t, "DELETE", fmt.Sprintf("/v1/pets/%d", p.ID), key, ""); r.status != 204 {
+			t.Fatalf("delete pet %d: %d %s", p.ID, r.status, r.body)
+		}
 		copied.stop()
 		// Undo the create, so that the next hop copies the same rows.
 		if s, ok := openTestStore(t, hop.to).(*sqliteStore); ok {

@@ -22,7 +22,7 @@ type corsPolicy struct {
 // The header values of CORS answers: the same for every request. The
 // allowed methods come from the route table (corsMethods).
 var (
-	corsAllowHeaders = []string{"Authorization, Content-Type, Idempotency-Key, If-None-Match, X-Request-Id, Petstore-Read-After"}
+	corsAllowHeaders = []string{"Authorization, Content-Type, Idempotency-Key, If-Match, If-None-Match, X-Request-Id, Petstore-Read-After"}
 	corsMaxAge       = []string{"7200"} // Chromium's cap; Firefox allows a day
 	corsAnyOrigin    = []string{"*"}
 	corsExpose       = []string{"X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, RateLimit-Policy, RateLimit, " +

@@ -61,8 +61,8 @@ func TestCORSPreflight(t *testing.T) {
 			if got := r.header.Get("Access-Control-Allow-Origin"); got != appOrigin {
 				t.Errorf("Access-Control-Allow-Origin = %q, want %q (the configured origin, normalised)", got, appOrigin)
 			}
-			wantListed(t, r.header, "Access-Control-Allow-Methods", "GET", "HEAD", "POST")
-			wantListed(t, r.header, "Access-Control-Allow-Headers", "Authorization", "Content-Type", "Idempotency-Key", "If-None-Match", "X-Request-Id", "Petstore-Read-After")
+			wantListed(t, r.header, "Access-Control-Allow-Methods", "GET", "HEAD", "POST", "PUT", "DELETE")
+			wantListed(t, r.header, "Access-Control-Allow-Headers", "Authorization", "Content-Type", "Idempotency-Key", "If-Match", "If-None-Match", "X-Request-Id", "Petstore-Read-After")
 			wantListed(t, r.header, "Vary", "Origin")
 			if r.header.Get("Access-Control-Max-Age") == "" {
 				t.Error("a preflight without Access-Control-Max-Age")

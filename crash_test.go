@@ -69,10 +69,10 @@ func TestCrashKeepsEveryAcknowledgedWrite(t *testing.T) {
 	for _, c := range decode[[]Category](t, ts.do(t, "GET", "/v1/categories", key, "")) {
 		have[fmt.Sprintf("category/%d", c.ID)] = c.Name
 	}
-	for _, p := range decode[[]Pet](t, ts.do(t, "GET", "/v1/pets", key, "")) {
+	for _, p := range allPages[Pet](t, ts, key, "/pets") {
 		have[fmt.Sprintf("pet/%d", p.ID)] = fmt.Sprintf("%s in %d", p.Name, p.CategoryID)
 	}
-	for _, o := range decode[[]Order](t, ts.do(t, "GET", "/v1/store/orders", key, "")) {
+	for _, o := range allPages[Order](t, ts, key, "/store/orders") {
 		have[fmt.Sprintf("order/%d", o.ID)] = fmt.Sprintf("pet %d x%d", o.PetID, o.Quantity)
 	}
 	lost := 0

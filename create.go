@@ -37,7 +37,12 @@ type refuseFunc[Row any] func(Row, error) *apiError
 // and sent byte for byte as a replay will send it. Nothing is stored for a
 // request refused before it could write.
 func handleCreate[In creatable[Row], Row any](store catalogStore, idem *idempotency, create createFunc[Row], refused refuseFunc[Row]) http.Handler {
+	var row Row
+	_, tagged := any(row).(versioned)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if tagged { // a row that may change: its 201 carries its ETag
+			w = createdTag{w}
+		}
 		key, keyed, kerr := idempotencyKey(r.Header)
 		if kerr != nil {
 			writeError(w, r, kerr)

@@ -35,6 +35,7 @@ var errorStatus = map[string]int{
 	"idempotency_key_in_use": http.StatusConflict,
 	"idempotency_key_reused": http.StatusUnprocessableEntity,
 	"gone":                   http.StatusGone,
+	"precondition_failed":    http.StatusPreconditionFailed,
 	"payload_too_large":      http.StatusRequestEntityTooLarge,
 	"unsupported_media_type": http.StatusUnsupportedMediaType,
 	"rate_limited":           http.StatusTooManyRequests,

@@ -371,7 +371,7 @@ func TestIdempotencyStoreBackstop(t *testing.T) {
 		}
 	}
 	var pets int
-	if err := store.EachPet(ctx, petFilter{}, func(Pet) error { pets++; return nil }); err != nil {
+	if err := store.EachPetAfter(ctx, petFilter{}, 0, maxPageSize, func(Pet) error { pets++; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if made != 1 || pets != 1 {

@@ -133,9 +133,10 @@ func TestConcurrentMigrationsLeaveDatabaseClean(t *testing.T) {
 
 // TestMigrationDropsAutoincrement upgrades a database of schema 6, with
 // rows in categories, pets and orders (ids with gaps, as a failed batch
-// leaves them), to 7: every row keeps its id and its links, the tables lose
-// AUTOINCREMENT, foreign keys hold and are enforced again, and a new row
-// gets the largest id + 1.
+// leaves them), to the latest: every row keeps its id and its links,
+// categories lose AUTOINCREMENT (7) and pets and orders have it again (11),
+// foreign keys hold and are enforced again, and a new row gets the largest
+// id + 1.
 func TestMigrationDropsAutoincrement(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "v6.db")
 	db, err := sql.Open("sqlite", sqliteDSN(path, false, time.Second))
@@ -210,8 +211,12 @@ func TestMigrationDropsAutoincrement(t *testing.T) {
 		t.Errorf("rows changed:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 	var n int
-	if err := db.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE name IN ('categories', 'pets', 'orders') AND sql LIKE '%AUTOINCREMENT%'`).Scan(&n); err != nil || n != 0 {
-		t.Errorf("%d tables still AUTOINCREMENT (%v)", n, err)
+	if err := db.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE name = 'categories' AND sql LIKE '%AUTOINCREMENT%'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("categories still AUTOINCREMENT (%d, %v)", n, err)
+	}
+	// 0011 gives pets and orders, which may be deleted, AUTOINCREMENT again.
+	if err := db.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE name IN ('pets', 'orders') AND sql LIKE '%AUTOINCREMENT%'`).Scan(&n); err != nil || n != 2 {
+		t.Errorf("%d of pets and orders AUTOINCREMENT (%v), want both (schema 11)", n, err)
 	}
 	if err := db.QueryRow(`SELECT count(*) FROM pragma_foreign_key_check`).Scan(&n); err != nil || n != 0 {
 		t.Errorf("%d foreign key violations (%v)", n, err)
@@ -230,5 +235,25 @@ func TestMigrationDropsAutoincrement(t *testing.T) {
 	wantError(t, ts.do(t, "POST", "/v1/pets", key, `{"name":"Ghost","categoryId":4}`), 400, "validation_failed") // no category 4: the key is enforced
 	if r := ts.do(t, "POST", "/v1/store/orders", key, `{"petId":4,"quantity":1}`); r.status != 201 || !strings.Contains(string(r.body), `"id":3`) {
 		t.Errorf("a new order: %d %s, want 201 and id 3", r.status, r.body)
+	}
+}
+
+// TestIdsNeverReused (either store): a pet and an order deleted while
+// they held the highest ids do not give those ids again (SQLite's ids were
+// the largest + 1 before schema 11).
+func TestIdsNeverReused(t *testing.T) {
+	ts := startServer(t)
+	ts.do(t, "POST", "/v1/categories", ts.key, `{"name":"Dog"}`)
+	ts.do(t, "POST", "/v1/pets", ts.key, `{"name":"Rex","categoryId":1}`)
+	ts.do(t, "POST", "/v1/pets", ts.key, `{"name":"Tom","categoryId":1}`)
+	ts.do(t, "POST", "/v1/store/orders", ts.key, `{"petId":1,"quantity":1}`)
+	ts.do(t, "POST", "/v1/store/orders", ts.key, `{"petId":1,"quantity":1}`)
+	del := "DELETE FROM orders WHERE id = 2; DELETE FROM pets WHERE id = 2"
+	execDB(t, ts.db, del, del)
+	if p := decode[Pet](t, ts.do(t, "POST", "/v1/pets", ts.key, `{"name":"Kit","categoryId":1}`)); p.ID != 3 {
+		t.Errorf("a pet after the highest was deleted got id %d, want 3", p.ID)
+	}
+	if o := decode[Order](t, ts.do(t, "POST", "/v1/store/orders", ts.key, `{"petId":1,"quantity":1}`)); o.ID != 3 {
+		t.Errorf("an order after the highest was deleted got id %d, want 3", o.ID)
 	}
 }

@@ -46,10 +46,28 @@ func handleOrderCreate(store catalogStore, idem *idempotency) http.Handler {
 	})
 }
 
-func handleOrderList(store catalogStore) http.Handler {
+// handleOrderList answers a page of the orders: the first maxPageSize
+// when no limit is sent.
+func handleOrderList(store catalogStore, publicURL string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSONArray(w, r, func(fn func(Order) error) error { return store.EachOrder(r.Context(), fn) })
+		q, err := parseQuery(r)
+		var afterID, limit int64
+		if err == nil {
+			afterID, limit, err = parsePage(q, maxPageSize)
+		}
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		writePage(w, r, publicURL+"/store/orders", q, afterID, limit, func(o Order) int64 { return o.ID },
+			func(afterID int64, limit int, fn func(Order) error) error {
+				return store.EachOrderAfter(r.Context(), afterID, limit, fn)
+			})
 	})
+}
+
+func handleOrderGet(store catalogStore) http.Handler {
+	return readRow(store, "order", "orderId", catalogStore.Order)
 }
 
 // handleInventory answers with how many pets have each status, every

@@ -50,13 +50,21 @@ func handlePetCreate(store catalogStore, idem *idempotency) http.Handler {
 	})
 }
 
-func handlePetList(store catalogStore) http.Handler {
+// handlePetList answers a page of the pets that match the filters:
+// categoryId, and status, a comma-separated list of statuses (Swagger's
+// findByStatus); the first maxPageSize when no limit is sent.
+func handlePetList(store catalogStore, publicURL string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var f petFilter
 		q, err := parseQuery(r)
 		if err == nil {
 			err = onceEach(q, "categoryId", "status")
 		}
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		afterID, limit, err := parsePage(q, maxPageSize)
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -70,32 +78,62 @@ func handlePetList(store catalogStore) http.Handler {
 			f.CategoryID = id
 		}
 		if q.Has("status") {
-			f.Status = q.Get("status")
-			if !slices.Contains(petStatuses, f.Status) {
-				writeError(w, r, errorf("validation_failed", "status must be one of %s", strings.Join(petStatuses, ", ")))
-				return
+			for status := range strings.SplitSeq(q.Get("status"), ",") {
+				if !slices.Contains(petStatuses, status) {
+					writeError(w, r, errorf("validation_failed", "status must be a comma-separated list of %s, got %q", strings.Join(petStatuses, ", "), clipField(status)))
+					return
+				}
+				f.Statuses = append(f.Statuses, status)
 			}
 		}
-		writeJSONArray(w, r, func(fn func(Pet) error) error { return store.EachPet(r.Context(), f, fn) })
+		writePage(w, r, publicURL+"/pets", q, afterID, limit, func(p Pet) int64 { return p.ID },
+			func(afterID int64, limit int, fn func(Pet) error) error {
+				return store.EachPetAfter(r.Context(), f, afterID, limit, fn)
+			})
 	})
 }
 
-func handlePetGet(store catalogStore) http.Handler {
+// handlePetReplace answers PUT /v1/pets/{petId}: the pet replaced by the
+// body, which is a create's (the same required fields and defaults), 200
+// with it and its new ETag.
+func handlePetReplace(store catalogStore) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, verr := positiveID("petId", r.PathValue("petId"))
 		if verr != nil {
 			writeError(w, r, verr)
 			return
 		}
-		p, err := store.Pet(r.Context(), id)
-		if errors.Is(err, errNotFound) {
-			writeError(w, r, errorf("not_found", "no pet with id %d", id))
-			return
-		}
-		if err != nil {
+		var in newPet
+		if err := decodeJSON(w, r, &in); err != nil {
 			writeError(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, p)
+		p, verr := in.validate()
+		if verr != nil {
+			writeError(w, r, verr)
+			return
+		}
+		p.ID = id
+		changed, err := store.ReplacePet(r.Context(), p, ifMatch(r))
+		if errors.Is(err, errNoReference) {
+			err = errorf("validation_failed", "categoryId %d does not name an existing category", p.CategoryID)
+		}
+		if err != nil {
+			writeError(w, r, changeError(err, "pet", id))
+			return
+		}
+		writeRow(w, http.StatusOK, changed)
 	})
+}
+
+// refusePetDelete answers the refusal of a pet's delete: an order names it.
+func refusePetDelete(err error) error {
+	if errors.Is(err, errConflict) {
+		return errorf("conflict", "an order names this pet; delete its orders first")
+	}
+	return err
+}
+
+func handlePetGet(store catalogStore) http.Handler {
+	return readRow(store, "pet", "petId", catalogStore.Pet)
 }

@@ -367,6 +367,21 @@ func pgChunks[T any](ctx context.Context, s *pgStore, what, table string, scan p
 	}, idOf, fn)
 }
 
+// pgEach calls fn with each row of a page that pgRead reads (the page's
+// rows are read whole first), stopping at fn's first error.
+func pgEach[T any](ctx context.Context, s *pgStore, what string, scan pgx.RowToFunc[T], fn func(T) error, query string, args ...any) error {
+	rows, err := pgRead(ctx, s, what, scan, query, args...)
+	if err != nil {
+		return err
+	}
+	for _, v := range rows {
+		if err := fn(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // pgRead runs query and returns every row that scan reads. what names the
 // query in errors.
 func pgRead[T any](ctx context.Context, s *pgStore, what string, scan pgx.RowToFunc[T], query string, args ...any) ([]T, error) {

@@ -321,16 +321,7 @@ func (s *pgStore) EachCategory(ctx context.Context, fn func(Category) error) err
 }
 
 func (s *pgStore) EachCategoryAfter(ctx context.Context, afterID int64, limit int, fn func(Category) error) error {
-	page, err := pgRead(ctx, s, "list categories", pgScanCategory, pgCategoriesAfter, afterID, int64(math.MaxInt64), limit)
-	if err != nil {
-		return err
-	}
-	for _, c := range page {
-		if err := fn(c); err != nil {
-			return err
-		}
-	}
-	return nil
+	return pgEach(ctx, s, "list categories", pgScanCategory, fn, pgCategoriesAfter, afterID, int64(math.MaxInt64), limit)
 }
 
 func pgScanCategory(row pgx.CollectableRow) (Category, error) {
@@ -351,15 +342,16 @@ func (s *pgStore) CreatePet(ctx context.Context, p Pet, idem *idemWrite[Pet]) (P
 	return p, nil
 }
 
-func (s *pgStore) EachPet(ctx context.Context, f petFilter, fn func(Pet) error) error {
-	return pgChunks(ctx, s, "list pets", "pets", pgScanPet, func(p Pet) int64 { return p.ID }, fn, `SELECT id, name, category_id, status FROM pets
-		WHERE ($1::bigint = 0 OR category_id = $1) AND ($2::text = '' OR status = $2) AND id > $3 AND id <= $4 ORDER BY id LIMIT $5`,
-		f.CategoryID, f.Status)
+func (s *pgStore) EachPetAfter(ctx context.Context, f petFilter, afterID int64, limit int, fn func(Pet) error) error {
+	return pgEach(ctx, s, "list pets", pgScanPet, fn, `SELECT id, name, category_id, status FROM pets
+		WHERE ($1::bigint = 0 OR category_id = $1) AND ($2::text = '' OR strpos($2, ',' || status || ',') > 0) AND id > $3 ORDER BY id LIMIT $4`,
+		f.CategoryID, f.statusSet(), afterID, limit)
 }
 
 func (s *pgStore) Pet(ctx context.Context, id int64) (Pet, error) {
-	pets, err := pgRead(ctx, s, fmt.Sprintf("read pet %d", id), pgScanPet,
-		"SELECT id, name, category_id, status FROM pets WHERE id = $1", id)
+	pets, err := pgRead(ctx, s, fmt.Sprintf("read pet %d", id), func(row pgx.CollectableRow) (p Pet, err error) {
+		return p, row.Scan(&p.ID, &p.Name, &p.CategoryID, &p.Status, &p.Version)
+	}, "SELECT id, name, category_id, status, version FROM pets WHERE id = $1", id)
 	if err != nil {
 		return Pet{}, err
 	}
@@ -407,13 +399,12 @@ func (s *pgStore) PetInventory(ctx context.Context) (map[string]int64, error) {
 	return counts, nil
 }
 
-func (s *pgStore) EachOrder(ctx context.Context, fn func(Order) error) error {
-	return pgChunks(ctx, s, "list orders", "orders", func(row pgx.CollectableRow) (Order, error) {
+func (s *pgStore) EachOrderAfter(ctx context.Context, afterID int64, limit int, fn func(Order) error) error {
+	return pgEach(ctx, s, "list orders", func(row pgx.CollectableRow) (Order, error) {
 		var o Order
 		var created time.Time
 		err := row.Scan(&o.ID, &o.PetID, &o.Quantity, &o.Status, &created)
 		o.CreatedAt = created.UTC().Format(time.RFC3339)
 		return o, err
-	}, func(o Order) int64 { return o.ID }, fn,
-		"SELECT id, pet_id, quantity, status, created_at FROM orders WHERE id > $1 AND id <= $2 ORDER BY id LIMIT $3")
+	}, fn, "SELECT id, pet_id, quantity, status, created_at FROM orders WHERE id > $1 ORDER BY id LIMIT $2", afterID, limit)
 }

@@ -62,9 +62,23 @@ func (s *pgStore) copyOut(ctx context.Context, t copyTable) iter.Seq2[[]any, err
 	})
 }
 
+// idsHandedOut is the identity sequence's last value, or the highest id
+// if that is higher (rows written with their ids by a copy).
+func (s *pgStore) idsHandedOut(ctx context.Context, t copyTable) (int64, error) {
+	if !t.hasID() {
+		return 0, nil
+	}
+	var n int64
+	err := s.pool.QueryRow(ctx, "SELECT greatest(coalesce(pg_sequence_last_value(pg_get_serial_sequence($1, 'id')::regclass), 0), (SELECT coalesce(max(id), 0) FROM "+t.name+"))", t.name).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("read the id sequence of %s: %w", t.name, describePostgres(err))
+	}
+	return n, nil
+}
+
 // copyIn writes each table with COPY, in one transaction, then sets each
-// identity sequence to the highest id written.
-func (s *pgStore) copyIn(ctx context.Context, tables []copyTable, rows func(copyTable) iter.Seq2[[]any, error], check func([]int64) error) error {
+// identity sequence to the highest id written or handed out at the source.
+func (s *pgStore) copyIn(ctx context.Context, tables []copyTable, floors []int64, rows func(copyTable) iter.Seq2[[]any, error], check func([]int64) error) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return describePostgres(err)
@@ -99,8 +113,8 @@ func (s *pgStore) copyIn(ctx context.Context, tables []copyTable, rows func(copy
 			return fmt.Errorf("write %s: %w", t.name, describePostgres(err))
 		}
 		written[ti] = n
-		if t.cols[0].name == "id" && t.cols[0].kind == colInt {
-			if _, err := tx.Exec(ctx, "SELECT setval(pg_get_serial_sequence($1, 'id'), max(id)) FROM "+t.name+" HAVING count(*) > 0", t.name); err != nil {
+		if t.hasID() {
+			if _, err := tx.Exec(ctx, "SELECT setval(pg_get_serial_sequence($1, 'id'), greatest(max(id), $2)) FROM "+t.name+" HAVING count(*) > 0 OR $2 > 0", t.name, floors[ti]); err != nil {
 				return fmt.Errorf("set the id sequence of %s: %w", t.name, describePostgres(err))
 			}
 		}

@@ -33,11 +33,22 @@ const (
 
 // pgReadWritten are the queries, by pgTable (named by lostTables), that
 // read back by id the columns that a create wrote, in the order its note
-// gave them (pgWriteMemory.created).
+// gave them (pgWriteMemory.created), then, for the tables whose rows change
+// (pets, orders), whether an acknowledged change or delete touched the
+// row since (by any instance): its version past 1, or the id in
+// deleted_rows, which a delete fills in its own statement
+// (postgres_changes.go). Such a row is no loss.
 var pgReadWritten = [pgTableCount]string{
-	"SELECT name, description FROM categories WHERE id = $1",
-	"SELECT name, category_id, status FROM pets WHERE id = $1",
-	"SELECT pet_id, quantity, status, created_at FROM orders WHERE id = $1",
+	"SELECT name, description, false FROM categories WHERE id = $1",
+	"SELECT name, category_id, status, version > 1 FROM pets WHERE id = $1 UNION ALL " + pgDeletedRow("pets"),
+	"SELECT pet_id, quantity, status, created_at, version > 1 FROM orders WHERE id = $1 UNION ALL " + pgDeletedRow("orders"),
+}
+
+// pgDeletedRow is the row of pgReadWritten for a row of table deleted by
+// an acknowledged delete: the read columns NULL, changed true.
+func pgDeletedRow(table string) string {
+	nulls := map[string]string{"pets": "NULL::text, NULL::bigint, NULL::text", "orders": "NULL::bigint, NULL::int, NULL::text, NULL::timestamptz"}[table]
+	return "SELECT " + nulls + ", true FROM deleted_rows WHERE tbl = '" + table + "' AND id = $1"
 }
 
 // pgRowPrint is how a row's written columns compare: each rendered by
@@ -296,7 +307,11 @@ func (s *pgStore) readWritten(ctx context.Context, r pgRemembered) (bool, string
 	if len(vals) == 0 {
 		return false, "", nil
 	}
-	return true, pgRowPrint(vals[0]...), nil
+	v := vals[0]
+	if changed, _ := v[len(v)-1].(bool); changed {
+		return true, pgRowPrint(r.values...), nil // as it should be: an acknowledged change's
+	}
+	return true, pgRowPrint(v[:len(v)-1]...), nil
 }
 
 // watchPrimary reads the replication and checks the remembered rows each

@@ -266,3 +266,46 @@ func TestPostgresLostWritesNoticed(t *testing.T) {
 		t.Errorf("%d WARNs that the last synchronous standby went, want still 1", n)
 	}
 }
+
+// TestPostgresChangedElsewhereIsNoLoss: an instance's last creates that
+// another instance then changes or deletes (acknowledged changes) are no
+// loss in its check; a row that is gone with no delete noted still is.
+func TestPostgresChangedElsewhereIsNoLoss(t *testing.T) {
+	db := postgresSchema(t, needPostgres(t))
+	a, b := openTestStore(t, db).(*pgStore), openTestStore(t, db).(*pgStore)
+	ctx := context.Background()
+	c, err := a.CreateCategory(ctx, Category{Name: "Dogs"}, foldName("Dogs"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := a.CreatePet(ctx, Pet{Name: "Rex", CategoryID: c.ID, Status: "available"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := a.CreateOrder(ctx, Order{PetID: p.ID, Quantity: 1, Status: "placed", CreatedAt: "2026-11-29T07:00:00Z"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.DeleteOrder(ctx, o.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ReplacePet(ctx, Pet{ID: p.ID, Name: "Max", CategoryID: c.ID, Status: "sold"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.checkWrites(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if lost := a.Replication().Lost; len(lost) != 0 {
+		t.Fatalf("changed and deleted by another instance, judged lost: %v", lost)
+	}
+	// The pet gone without a delete noted (a database back in time): lost.
+	if _, err := a.pool.Exec(ctx, "DELETE FROM pets WHERE id = $1", p.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.checkWrites(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if lost := a.Replication().Lost; len(lost) != 1 || lost[0] != (lostWrite{Table: "pets", ID: p.ID}) {
+		t.Fatalf("a pet gone without a delete: lost %v, want pets %d", lost, p.ID)
+	}
+}

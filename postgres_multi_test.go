@@ -90,11 +90,11 @@ func TestPostgresInstancesShareWrites(t *testing.T) {
 		if !slices.EqualFunc(gotCats, cats, pmSameCategory) {
 			t.Errorf("instance %d lists categories\n%+v\nwant\n%+v", i, gotCats, cats)
 		}
-		gotPets := decode[[]Pet](t, s.do(t, "GET", "/v1/pets", key, ""))
+		gotPets := allPages[Pet](t, s, key, "/pets")
 		if !slices.Equal(gotPets, pets) {
 			t.Errorf("instance %d lists pets\n%+v\nwant\n%+v", i, gotPets, pets)
 		}
-		gotOrders := decode[[]Order](t, s.do(t, "GET", "/v1/store/orders", key, ""))
+		gotOrders := allPages[Order](t, s, key, "/store/orders")
 		if !slices.Equal(gotOrders, orders) {
 			t.Errorf("instance %d lists orders\n%+v\nwant\n%+v", i, gotOrders, orders)
 		}

@@ -1,16 +1,11 @@
 package main
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 func TestReadPosToken(t *testing.T) {
@@ -164,59 +159,5 @@ func TestPostgresReplicaNotADependency(t *testing.T) {
 	}
 	if after := rpReads(t, same)["fresh"]; after != before+2 {
 		t.Errorf("the primary as a replica: %v reads from it, want %v", after, before+2)
-	}
-}
-
-// listWriterStore creates an order while the first chunk of the first
-// order list is being sent: after that chunk was read, before the next.
-type listWriterStore struct {
-	Store
-	once    sync.Once
-	created Order
-	err     error
-}
-
-func (s *listWriterStore) EachOrder(ctx context.Context, fn func(Order) error) error {
-	return s.Store.EachOrder(ctx, func(o Order) error {
-		s.once.Do(func() {
-			s.created, s.err = s.Store.CreateOrder(context.Background(), Order{PetID: 1, Quantity: 1, Status: orderPlaced}, nil)
-		})
-		return fn(o)
-	})
-}
-
-// TestStreamedListHoldsNoRowPastItsToken: a list longer than a chunk is
-// sent with its first chunk's Petstore-Read-After, so its later chunks must
-// hold no row committed after that position; an order created between the
-// chunks is not in it (sent to an instance reading a replica, the token
-// would otherwise give a shorter list), and the next list has it.
-func TestStreamedListHoldsNoRowPastItsToken(t *testing.T) {
-	db := postgresSchema(t, needPostgres(t))
-	key := createKey(t, db, "--plan", "business", "--name", "test")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	// Two chunks' worth and a little, straight into the tables.
-	if _, err := conn.Exec(ctx, `INSERT INTO categories (name, fold, name_cmp) VALUES ('Dog', 'dog', 'dog');
-		INSERT INTO pets (name, category_id, status) VALUES ('Rex', 1, 'available');
-		INSERT INTO orders (pet_id, quantity, status, created_at) SELECT 1, 1, 'placed', now() FROM generate_series(1, 1500)`); err != nil {
-		t.Fatal(err)
-	}
-	s := &listWriterStore{}
-	ts := startServerIn(t, context.WithValue(context.Background(), storeWrapKey{}, func(st Store) Store { s.Store = st; return s }), db, key)
-	r := ts.do(t, "GET", "/v1/store/orders", key, "")
-	if s.err != nil || s.created.ID != 1501 {
-		t.Fatalf("the order created mid-list: %+v, %v", s.created, s.err)
-	}
-	list := decode[[]Order](t, r)
-	if len(list) != 1500 || list[len(list)-1].ID != 1500 {
-		t.Errorf("the list sent with the first chunk's token: %d orders, the last %+v; want 1,500, not the one created after the token", len(list), list[len(list)-1])
-	}
-	if again := decode[[]Order](t, ts.do(t, "GET", "/v1/store/orders", key, "")); len(again) != 1501 {
-		t.Errorf("the next list: %d orders, want 1,501", len(again))
 	}
 }

@@ -85,11 +85,15 @@ func apiRoutes(store catalogStore, idem *idempotency, cfg serveConfig) []route {
 	routes := []route{
 		{"GET /v1/categories", handleCategoryList(store, cfg.publicURL, cfg.busyTimeout), anyKey, rwRead, areaCategories, listChunked, false},
 		{"POST /v1/categories", handleCategoryCreate(store, idem), writeKey, rwWrite, areaCategories, notList, false},
-		{"GET /v1/pets", handlePetList(store), anyKey, rwRead, areaPets, listChunked, false},
+		{"GET /v1/pets", handlePetList(store, cfg.publicURL), anyKey, rwRead, areaPets, listPaged, false},
 		{"POST /v1/pets", handlePetCreate(store, idem), writeKey, rwWrite, areaPets, notList, false},
 		{"GET /v1/pets/{petId}", handlePetGet(store), anyKey, rwRead, areaPets, notList, true},
-		{"GET /v1/store/orders", handleOrderList(store), anyKey, rwRead, areaStore, listChunked, false},
+		{"PUT /v1/pets/{petId}", handlePetReplace(store), writeKey, rwWrite, areaPets, notList, false},
+		{"DELETE /v1/pets/{petId}", handleDelete(store, "pet", "petId", catalogStore.DeletePet, refusePetDelete), writeKey, rwWrite, areaPets, notList, false},
+		{"GET /v1/store/orders", handleOrderList(store, cfg.publicURL), anyKey, rwRead, areaStore, listPaged, false},
 		{"POST /v1/store/orders", handleOrderCreate(store, idem), writeKey, rwWrite, areaStore, notList, false},
+		{"GET /v1/store/orders/{orderId}", handleOrderGet(store), anyKey, rwRead, areaStore, notList, false},
+		{"DELETE /v1/store/orders/{orderId}", handleDelete(store, "order", "orderId", catalogStore.DeleteOrder, func(err error) error { return err }), writeKey, rwWrite, areaStore, notList, false},
 		{"GET /v1/store/inventory", handleInventory(store), anyKey, rwRead, areaStore, notList, false},
 		{"GET /v1/openapi.json", nil, noKey, rwNone, areaDocument, notList, false},
 	}

@@ -52,23 +52,28 @@ CREATE TABLE usage (
 	PRIMARY KEY (key_id, day)
 ) STRICT, WITHOUT ROWID;
 
--- pets are the beta pets area; each belongs to an existing category.
+-- pets are the beta pets area; each belongs to an existing category. A pet
+-- may be replaced and deleted: AUTOINCREMENT, so that no id comes back, and
+-- version, 1 when made and grown by every change (its ETag).
 CREATE TABLE pets (
-	id          INTEGER PRIMARY KEY,
+	id          INTEGER PRIMARY KEY AUTOINCREMENT,
 	name        TEXT NOT NULL,
 	category_id INTEGER NOT NULL REFERENCES categories (id),
-	status      TEXT NOT NULL CHECK (status IN ('available', 'pending', 'sold'))
+	status      TEXT NOT NULL CHECK (status IN ('available', 'pending', 'sold')),
+	version     INTEGER NOT NULL DEFAULT 1
 ) STRICT;
 
 CREATE INDEX pets_category ON pets (category_id);
 
--- orders are the experimental store area; each is for an existing pet.
+-- orders are the experimental store area; each is for an existing pet. An
+-- order may be deleted: AUTOINCREMENT and version, as pets.
 CREATE TABLE orders (
-	id         INTEGER PRIMARY KEY,
+	id         INTEGER PRIMARY KEY AUTOINCREMENT,
 	pet_id     INTEGER NOT NULL REFERENCES pets (id),
 	quantity   INTEGER NOT NULL CHECK (quantity BETWEEN 1 AND 100),
 	status     TEXT NOT NULL CHECK (status IN ('placed')),
-	created_at TEXT NOT NULL -- RFC 3339, UTC
+	created_at TEXT NOT NULL, -- RFC 3339, UTC
+	version    INTEGER NOT NULL DEFAULT 1
 ) STRICT;
 
 CREATE INDEX orders_pet ON orders (pet_id);

@@ -177,15 +177,16 @@ func sqliteNoReference(err error) error {
 	return nil
 }
 
-func (s *sqliteStore) EachPet(ctx context.Context, f petFilter, fn func(Pet) error) error {
-	return sqliteEachChunk(ctx, s.r, "list pets", sqliteScanPet, func(p Pet) int64 { return p.ID }, fn, `SELECT id, name, category_id, status FROM pets
-		WHERE (?1 = 0 OR category_id = ?1) AND (?2 = '' OR status = ?2) AND id > ?3 ORDER BY id LIMIT ?4`, f.CategoryID, f.Status)
+func (s *sqliteStore) EachPetAfter(ctx context.Context, f petFilter, afterID int64, limit int, fn func(Pet) error) error {
+	return sqliteEach(ctx, s.r, "list pets", sqliteScanPet, fn, `SELECT id, name, category_id, status FROM pets
+		WHERE (?1 = 0 OR category_id = ?1) AND (?2 = '' OR instr(?2, ',' || status || ',') > 0) AND id > ?3 ORDER BY id LIMIT ?4`,
+		f.CategoryID, f.statusSet(), afterID, limit)
 }
 
 func (s *sqliteStore) Pet(ctx context.Context, id int64) (Pet, error) {
 	var p Pet
-	err := s.r.QueryRowContext(ctx, "SELECT id, name, category_id, status FROM pets WHERE id = ?", id).
-		Scan(&p.ID, &p.Name, &p.CategoryID, &p.Status)
+	err := s.r.QueryRowContext(ctx, "SELECT id, name, category_id, status, version FROM pets WHERE id = ?", id).
+		Scan(&p.ID, &p.Name, &p.CategoryID, &p.Status, &p.Version)
 	if errors.Is(err, sql.ErrNoRows) {
 		return p, errNotFound
 	}
@@ -235,12 +236,12 @@ func (s *sqliteStore) PetInventory(ctx context.Context) (map[string]int64, error
 	return counts, nil
 }
 
-func (s *sqliteStore) EachOrder(ctx context.Context, fn func(Order) error) error {
-	return sqliteEachChunk(ctx, s.r, "list orders", func(rows *sql.Rows) (Order, error) {
+func (s *sqliteStore) EachOrderAfter(ctx context.Context, afterID int64, limit int, fn func(Order) error) error {
+	return sqliteEach(ctx, s.r, "list orders", func(rows *sql.Rows) (Order, error) {
 		var o Order
 		err := rows.Scan(&o.ID, &o.PetID, &o.Quantity, &o.Status, &o.CreatedAt)
 		return o, err
-	}, func(o Order) int64 { return o.ID }, fn, "SELECT id, pet_id, quantity, status, created_at FROM orders WHERE id > ? ORDER BY id LIMIT ?")
+	}, fn, "SELECT id, pet_id, quantity, status, created_at FROM orders WHERE id > ? ORDER BY id LIMIT ?", afterID, limit)
 }
 
 // sqliteStatementOnly reports whether a write's error undid that write's

@@ -61,10 +61,24 @@ func (s *sqliteStore) copyOut(ctx context.Context, t copyTable) iter.Seq2[[]any,
 	})
 }
 
+// idsHandedOut is sqlite_sequence's for an AUTOINCREMENT table, or the
+// highest id if that is higher (categories: never deleted).
+func (s *sqliteStore) idsHandedOut(ctx context.Context, t copyTable) (int64, error) {
+	if !t.hasID() {
+		return 0, nil
+	}
+	var n int64
+	err := s.r.QueryRowContext(ctx, "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = ?), 0), (SELECT coalesce(max(id), 0) FROM "+t.name+"))", t.name).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("read the id sequence of %s: %w", t.name, sqliteDescribe(err))
+	}
+	return n, nil
+}
+
 // copyIn writes on the writer connection, in one transaction. A new row
 // gets the largest id + 1 (api_keys: past the highest ever inserted, by
 // AUTOINCREMENT), so the ids written set where new ones start.
-func (s *sqliteStore) copyIn(ctx context.Context, tables []copyTable, rows func(copyTable) iter.Seq2[[]any, error], check func([]int64) error) error {
+func (s *sqliteStore) copyIn(ctx context.Context, tables []copyTable, floors []int64, rows func(copyTable) iter.Seq2[[]any, error], check func([]int64) error) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return sqliteDescribe(err)
@@ -97,6 +111,18 @@ func (s *sqliteStore) copyIn(ctx context.Context, tables []copyTable, rows func(
 			written[ti]++
 		}
 		stmt.Close()
+		// An AUTOINCREMENT table (pets, orders, api_keys) starts past the
+		// source's highest id ever handed out, deleted rows' too.
+		if t.hasID() && floors[ti] > 0 {
+			for _, q := range []string{`INSERT INTO sqlite_sequence (name, seq) SELECT ?1, 0
+				WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = ?1)
+				AND EXISTS (SELECT 1 FROM sqlite_schema WHERE name = ?1 AND sql LIKE '%AUTOINCREMENT%')`,
+				"UPDATE sqlite_sequence SET seq = max(seq, ?2) WHERE name = ?1"} {
+				if _, err := tx.ExecContext(ctx, q, t.name, floors[ti]); err != nil {
+					return fmt.Errorf("set the id sequence of %s: %w", t.name, sqliteDescribe(err))
+				}
+			}
+		}
 	}
 	if err := check(written); err != nil {
 		return err

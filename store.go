@@ -69,27 +69,38 @@ type Store interface {
 }
 
 // catalogStore is the catalog: categories, pets and orders, which the
-// handlers create and list.
+// handlers create, list, change and delete.
 //
-// Every implementation keeps two rules about the catalog, and the code that
-// relies on them and on what follows from them points here; an operation
-// that would break them (a DELETE route) must first rework each of those
-// places:
+// Every implementation keeps these rules about the catalog, and the code
+// that relies on them points here; an operation that would break them
+// must first rework each of those places:
 //
-//   - Rows are never deleted or renamed. Once committed, a row keeps its id
-//     and what a reader sees of it for good: no operation deletes or
-//     changes one, and no migration may (filling in a key no reader sees,
-//     as name_cmp, is no change); so SQLite's ids need no AUTOINCREMENT.
-//   - Ids ascend. A row never becomes visible with an id lower than a
-//     visible row's (SQLite has one writer; PostgreSQL's creates take
-//     turns under pgLockCatalog until they commit), and no id a reader has
-//     seen is handed out again.
-//   - What follows: a list may assume that the rows up to the highest id it
-//     read are all there is up to that id, for good: rows read by ascending
-//     id in chunks, each on its own, add up to the list with every row once
-//     (inChunks); a full page after an id never changes and the list only
-//     grows (the category list cache, categories.go); and the highest
-//     visible id names the whole set (PostgreSQL's CategoriesGen).
+//   - Categories are never deleted or renamed: once committed, a category
+//     keeps its id and what a reader sees of it for good (no migration may
+//     change one; filling in a key no reader sees, as name_cmp, is no
+//     change). Pets may be replaced and deleted, orders deleted; each
+//     change grows the row's version (its ETag).
+//   - Ids ascend and are never reused. A row never becomes visible with an
+//     id lower than a visible row's (SQLite has one writer; PostgreSQL's
+//     creates take turns under pgLockCatalog until they commit), and no id
+//     that was ever handed out is handed out again, deleted or not
+//     (PostgreSQL's identity sequences; SQLite's AUTOINCREMENT on pets and
+//     orders, schema 11; categories, never deleted, need none).
+//   - A delete never makes a concurrent create fail: on PostgreSQL every
+//     change and delete runs in the group commit's batches, under
+//     pgLockCatalog as the creates do, so a create's check that the row it
+//     names exists (WHERE EXISTS) cannot be overtaken by a delete of that
+//     row before its insert, which the foreign key would refuse and abort
+//     the whole batch with.
+//   - What follows: rows read by ascending id, in chunks or pages each read
+//     on its own, give every row that exists throughout once, and no row
+//     twice (inChunks, the pet and order pages); a row deleted meanwhile
+//     may be missing, a changed one appears as one of its versions. For
+//     categories alone, a list may assume that the rows up to the highest
+//     id it read are all there is up to that id, for good: a full page
+//     never changes and the list only grows (the category list cache,
+//     categories.go), and the highest visible id names the whole set
+//     (PostgreSQL's CategoriesGen). Pet and order pages are never cached.
 type catalogStore interface {
 	// CreateCategory inserts c; fold is its name's uniqueness key, and the
 	// store adds compareName's (names.go). A name that folds or compares
@@ -111,16 +122,38 @@ type catalogStore interface {
 
 	// CreatePet inserts p; a category that does not exist is errNoReference.
 	CreatePet(ctx context.Context, p Pet, idem *idemWrite[Pet]) (Pet, error)
-	// EachPet calls fn for every pet that matches f, in ascending id order.
-	EachPet(ctx context.Context, f petFilter, fn func(Pet) error) error
-	// Pet returns the pet with the given id, or errNotFound.
+	// EachPetAfter calls fn for at most limit pets that match f, with ids
+	// above afterID, in ascending id order.
+	EachPetAfter(ctx context.Context, f petFilter, afterID int64, limit int, fn func(Pet) error) error
+	// Pet returns the pet with the given id, its version included, or
+	// errNotFound.
 	Pet(ctx context.Context, id int64) (Pet, error)
+
+	// The changes: each is one write of the group commit, and on
+	// PostgreSQL runs under pgLockCatalog (the rules above). match is the
+	// versions If-Match names (ifMatch, changes.go: "" for any, else
+	// ",3,4,"), checked in the write's own statement on the primary. A row
+	// that does not exist is errNotFound; one at another version
+	// errPrecondition; nothing is changed then.
+
+	// ReplacePet replaces pet p.ID's name, category and status with p's and
+	// grows its version; it returns the pet as changed. A category that
+	// does not exist is errNoReference.
+	ReplacePet(ctx context.Context, p Pet, match string) (Pet, error)
+	// DeletePet deletes pet id; while an order names it, errConflict.
+	DeletePet(ctx context.Context, id int64, match string) error
+	// Order returns the order with the given id, its version included, or
+	// errNotFound.
+	Order(ctx context.Context, id int64) (Order, error)
+	// DeleteOrder deletes order id.
+	DeleteOrder(ctx context.Context, id int64, match string) error
 
 	// CreateOrder places o, stamped with the store's clock; a pet that
 	// does not exist is errNoReference.
 	CreateOrder(ctx context.Context, o Order, idem *idemWrite[Order]) (Order, error)
-	// EachOrder calls fn for every order in ascending id order.
-	EachOrder(ctx context.Context, fn func(Order) error) error
+	// EachOrderAfter calls fn for at most limit orders with ids above
+	// afterID, in ascending id order.
+	EachOrderAfter(ctx context.Context, afterID int64, limit int, fn func(Order) error) error
 	// PetInventory returns how many pets have each status; a status that
 	// no pet has is absent.
 	PetInventory(ctx context.Context) (map[string]int64, error)
@@ -348,8 +381,9 @@ const listChunk = 1000
 // read returns listChunk at a time: read returns the rows after an id, and
 // idOf gives a row's id. Each chunk is read whole before fn sees any of it.
 // By catalogStore's rules (above), the chunks, each read on its own, add up to
-// the list with every row once, and perhaps rows created meanwhile at its
-// end.
+// the list with every row that exists throughout once, and perhaps rows
+// created meanwhile at its end (only the category list, whose rows are
+// never deleted, reads in chunks today).
 func inChunks[T any](read func(after int64) ([]T, error), idOf func(T) int64, fn func(T) error) error {
 	after := int64(0)
 	for {

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -22,12 +23,22 @@ type Pet struct {
 	Name       string `json:"name"`
 	CategoryID int64  `json:"categoryId"`
 	Status     string `json:"status"`
+	Version    int64  `json:"-"` // 1 when made, grown by each change: its ETag
 }
 
 // petFilter narrows a pet list; zero fields do not filter.
 type petFilter struct {
 	CategoryID int64
-	Status     string
+	Statuses   []string // any of them; none: any status
+}
+
+// statusSet is f's statuses as both stores' list query takes them: each
+// between commas (",available,sold,"), or "" for any status.
+func (f petFilter) statusSet() string {
+	if len(f.Statuses) == 0 {
+		return ""
+	}
+	return "," + strings.Join(f.Statuses, ",") + ","
 }
 
 // Order is a row of the orders table.
@@ -37,6 +48,7 @@ type Order struct {
 	Quantity  int64  `json:"quantity"`
 	Status    string `json:"status"`
 	CreatedAt string `json:"createdAt"` // RFC 3339, UTC
+	Version   int64  `json:"-"`         // 1 when made: its ETag
 }
 
 // apiKey is a row of api_keys. RPM and RPD are as stored (0 but for

@@ -120,9 +120,23 @@ func (s *tracedCatalog) CreatePet(ctx context.Context, p Pet, idem *idemWrite[Pe
 	return p, err
 }
 
-func (s *tracedCatalog) EachPet(ctx context.Context, f petFilter, fn func(Pet) error) error {
+func (s *tracedCatalog) EachPetAfter(ctx context.Context, f petFilter, afterID int64, limit int, fn func(Pet) error) error {
 	ctx, sp := s.start(ctx, "SELECT", "pets")
-	err := s.catalogStore.EachPet(ctx, f, fn)
+	err := s.catalogStore.EachPetAfter(ctx, f, afterID, limit, fn)
+	done(ctx, sp, err)
+	return err
+}
+
+func (s *tracedCatalog) ReplacePet(ctx context.Context, p Pet, match string) (Pet, error) {
+	ctx, sp := s.start(ctx, "UPDATE", "pets")
+	p, err := s.catalogStore.ReplacePet(ctx, p, match)
+	done(ctx, sp, err)
+	return p, err
+}
+
+func (s *tracedCatalog) DeletePet(ctx context.Context, id int64, match string) error {
+	ctx, sp := s.start(ctx, "DELETE", "pets")
+	err := s.catalogStore.DeletePet(ctx, id, match)
 	done(ctx, sp, err)
 	return err
 }
@@ -141,9 +155,23 @@ func (s *tracedCatalog) CreateOrder(ctx context.Context, o Order, idem *idemWrit
 	return o, err
 }
 
-func (s *tracedCatalog) EachOrder(ctx context.Context, fn func(Order) error) error {
+func (s *tracedCatalog) EachOrderAfter(ctx context.Context, afterID int64, limit int, fn func(Order) error) error {
 	ctx, sp := s.start(ctx, "SELECT", "orders")
-	err := s.catalogStore.EachOrder(ctx, fn)
+	err := s.catalogStore.EachOrderAfter(ctx, afterID, limit, fn)
+	done(ctx, sp, err)
+	return err
+}
+
+func (s *tracedCatalog) Order(ctx context.Context, id int64) (Order, error) {
+	ctx, sp := s.start(ctx, "SELECT", "orders")
+	o, err := s.catalogStore.Order(ctx, id)
+	done(ctx, sp, err)
+	return o, err
+}
+
+func (s *tracedCatalog) DeleteOrder(ctx context.Context, id int64, match string) error {
+	ctx, sp := s.start(ctx, "DELETE", "orders")
+	err := s.catalogStore.DeleteOrder(ctx, id, match)
 	done(ctx, sp, err)
 	return err
 }
