@@ -1,6 +1,7 @@
 // store_records.go owns the records that the Store's methods take and
 // return: the catalog's rows, the API keys, the day counts' increments, an
-// Idempotency-Key's request, answer and write.
+// Idempotency-Key's request, answer and write, the store's counts and its
+// replication (with the acknowledged writes found lost).
 
 package main
 
@@ -167,4 +168,35 @@ func (w *idemWrite[Row]) settle(row Row, err error) (status int, body []byte, ke
 		w.Status, w.Body = status, body
 	}
 	return status, body, keep
+}
+
+// replication is PostgreSQL's synchronous replication as the primary
+// reports it (DECISIONS.md section 19): whether an acknowledged write
+// survives the loss of the primary.
+type replication struct {
+	Shown        bool   // there is something to show: a PostgreSQL database
+	Hosts        int    // hosts the URL lists
+	SyncCommit   string // synchronous_commit
+	SyncNames    string // synchronous_standby_names
+	SyncStandbys int    // standbys that confirm commits (sync or quorum); -1: unknown, the role may not read them (pg_monitor)
+	// Lost are the acknowledged creates found missing (or replaced) since
+	// the process started (DECISIONS.md section 21), in the order found;
+	// LostBy counts them by table: categories, pets, orders.
+	Lost   []lostWrite
+	LostBy [3]uint64
+}
+
+// lostWrite names an acknowledged create that the database lost.
+type lostWrite struct {
+	Table string `json:"table"`
+	ID    int64  `json:"id"`
+}
+
+// lostTables are the tables of replication.LostBy, in its order.
+var lostTables = [3]string{"categories", "pets", "orders"}
+
+// safe reports whether an acknowledged write is on a standby too: a
+// synchronous standby, and synchronous_commit that waits for it.
+func (r replication) safe() bool {
+	return r.SyncStandbys > 0 && r.SyncCommit != "off" && r.SyncCommit != "local"
 }
