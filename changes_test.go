@@ -37,7 +37,14 @@ func TestPetAndOrderChanges(t *testing.T) {
 		r.header.Get("X-API-Stability") != "beta" || r.header.Get("Deprecation") != "" {
 		t.Errorf("PUT: %d %s, ETag %q, X-API-Stability %q, Deprecation %q", r.status, r.body, r.header.Get("ETag"), r.header.Get("X-API-Stability"), r.header.Get("Deprecation"))
 	}
-	wantError(t, put(`{"name":"Old","categoryId":1}`, "If-Match", `"1"`), 412, "precondition_failed")
+	stale := put(`{"name":"Old","categoryId":1}`, "If-Match", `"1"`)
+	wantError(t, stale, 412, "precondition_failed")
+	// On PostgreSQL a 412 carries the token of its batch's commit, so that
+	// the read it asks for (the row's new ETag) sees the row as it is now,
+	// from a replica too.
+	if got := stale.header.Get(readAfterHeader) != ""; got != isPostgresURL(ts.db) {
+		t.Errorf("412: %s %q on %s", readAfterHeader, stale.header.Get(readAfterHeader), ts.db)
+	}
 	wantError(t, put(`{"name":"Weak","categoryId":1}`, "If-Match", `W/"2"`), 412, "precondition_failed")
 	if r := put(`{"name":"Listed","categoryId":1}`, "If-Match", `"9", "2"`); r.status != 200 || r.header.Get("ETag") != `"3"` {
 		t.Errorf("PUT with a list naming the version: %d %s", r.status, r.body)

@@ -93,7 +93,7 @@ func (s *pgStore) deleteRow(ctx context.Context, t pgTable, id int64, match, unl
 		}
 		return pgOutcome(before, deleted, match, errConflict)
 	}, `WITH deleted AS (DELETE FROM `+table+` WHERE id = $1 AND `+pgVersionMatches+` `+unless+` RETURNING id),
-		noted AS (INSERT INTO deleted_rows (tbl, id) SELECT '`+table+`', id FROM deleted)
+		noted AS (INSERT INTO deleted_rows (tbl, id) SELECT '`+table+`', id FROM deleted ON CONFLICT DO NOTHING)
 		SELECT (SELECT version FROM `+table+` WHERE id = $1), EXISTS (SELECT 1 FROM deleted)`, id, match)
 }
 

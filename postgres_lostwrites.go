@@ -41,7 +41,7 @@ const (
 var pgReadWritten = [pgTableCount]string{
 	"SELECT name, description, false FROM categories WHERE id = $1",
 	"SELECT name, category_id, status, version > 1 FROM pets WHERE id = $1 UNION ALL " + pgDeletedRow("pets"),
-	"SELECT pet_id, quantity, status, created_at, version > 1 FROM orders WHERE id = $1 UNION ALL " + pgDeletedRow("orders"),
+	"SELECT pet_id, quantity, status, created_at, false FROM orders WHERE id = $1 UNION ALL " + pgDeletedRow("orders"), // an order is never changed
 }
 
 // pgDeletedRow is the row of pgReadWritten for a row of table deleted by

@@ -378,7 +378,10 @@ func (s *pgStore) writeAt(ctx context.Context, queue func(b *pgBatch) error) err
 		at = b
 		return queue(b)
 	})
-	if err != nil || at == nil {
+	// A stale If-Match is an answer of a committed batch: its position goes
+	// with the 412 too, so that the read of the row's new ETag it asks for
+	// sees at least that much, from a replica too.
+	if at == nil || err != nil && !errors.Is(err, errPrecondition) {
 		return err
 	}
 	pos := at.pos // at is the batch's, shared by its creates: read only
@@ -397,7 +400,7 @@ func (s *pgStore) writeAt(ctx context.Context, queue func(b *pgBatch) error) err
 			s.replica.notePrimary(pos)
 		}
 	}
-	return nil
+	return err
 }
 
 // ReadPosition is the primary's position now.

@@ -18,9 +18,15 @@ import (
 // writer: nothing comes between the statement and the look.
 func sqliteChange(tx *sqliteBatchTx, table string, id int64, scan func(*sql.Row) error, query string, args ...any) error {
 	err := sqliteChangeRow(tx, scan, query, args...)
+	if !errors.Is(err, errNotFound) {
+		return err
+	}
 	var one int
-	if errors.Is(err, errNotFound) && tx.QueryRow("SELECT 1 FROM "+table+" WHERE id = ?", id).Scan(&one) == nil {
+	switch lerr := tx.QueryRow("SELECT 1 FROM "+table+" WHERE id = ?", id).Scan(&one); {
+	case lerr == nil:
 		return errPrecondition
+	case !errors.Is(lerr, sql.ErrNoRows):
+		return lerr // the look failed (I/O): the batch's failure, a 503, not a 404
 	}
 	return err
 }
