@@ -133,8 +133,17 @@ func TestConcurrentRequestsOnOneKey(t *testing.T) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	most := 100 + int64(math.Ceil(elapsed.Minutes()*100))
-	if ok.Load() < 100 || ok.Load() > most {
-		t.Errorf("%d of 400 concurrent requests succeeded in %v, want 100 to %d (capacity plus refill)", ok.Load(), elapsed, most)
+	least := int64(100)
+	if os.Getenv(redisEnv) != "" {
+		// In Redis the instance may take a lease (a far Redis, or one
+		// this slow under the race detector): tokens of the bucket that the
+		// burst may end before spending, at most an eighth of it
+		// (limits_redis.lua), by which a key may be refused early
+		// (docs/operations.md, leases). Never more than the bucket.
+		least -= 100 / 8
+	}
+	if ok.Load() < least || ok.Load() > most {
+		t.Errorf("%d of 400 concurrent requests succeeded in %v, want %d to %d (capacity plus refill, less a lease)", ok.Load(), elapsed, least, most)
 	}
 	if ok.Load()+refused.Load() != 400 {
 		t.Errorf("%d ok + %d refused, want 400", ok.Load(), refused.Load())
